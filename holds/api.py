@@ -1,0 +1,307 @@
+"""The agent-facing and programmatic JSON API under /v0/. Thin: parse -> service -> serialise.
+
+Checks run in SPEC's order: 401, 413, 400, 404, 403, 409, 422. Every error is
+`{"error": code, "message": ..., ...}`.
+"""
+
+import functools
+import hashlib
+
+from django.core.files.base import ContentFile
+from django.http import FileResponse, HttpResponse, JsonResponse
+from django.middleware.csrf import CsrfViewMiddleware
+from django.views.decorators.csrf import csrf_exempt
+
+from . import serializers, services
+from .auth import (
+    Actor,
+    account_for_key,
+    actor_for_account,
+    actor_for_invocation,
+    actor_for_user,
+    invocation_for_token,
+    may_view,
+)
+from .errors import BadJson, Forbidden, Invalid, NotFound, ServiceError, TooLarge, Unauthorized
+from .models import Hold, Invocation, Run, RunFile, RunState
+from .schemas import MAX_ASK_BYTES, MAX_FILE_BYTES, MAX_STATE_BYTES, parse_json, validate_start
+from .serializers import parse_public_id
+
+MAX_DECISION_BYTES = MAX_ASK_BYTES
+
+
+def endpoint(*methods: str):
+    """Allowed methods, JSON errors, and CSRF only for session callers (tokens and keys have none)."""
+
+    def wrap(view):
+        @csrf_exempt
+        @functools.wraps(view)
+        def inner(request, *args, **kwargs):
+            if request.method not in methods:
+                return JsonResponse(
+                    {"error": "method_not_allowed", "message": f"use {' or '.join(methods)}"}, status=405
+                )
+            try:
+                return view(request, *args, **kwargs)
+            except ServiceError as exc:
+                return JsonResponse(exc.body(), status=exc.status)
+
+        return inner
+
+    return wrap
+
+
+def caller(request) -> Actor:
+    """The caller from its token, key or session; never from the body."""
+    token = request.headers.get("x-agentos-run-token")
+    if token is not None:
+        invocation = invocation_for_token(token)
+        if invocation is None:
+            raise Unauthorized("the run token is missing, unknown, superseded or finished")
+        return actor_for_invocation(invocation)
+    authorization = request.headers.get("authorization")
+    if authorization is not None:
+        scheme, _, key = authorization.partition(" ")
+        account = account_for_key(key.strip()) if scheme.lower() == "bearer" else None
+        if account is None:
+            raise Unauthorized("the service-account key is unknown or revoked")
+        return actor_for_account(account)
+    if request.user.is_authenticated:
+        if request.method not in ("GET", "HEAD", "OPTIONS"):
+            refusal = CsrfViewMiddleware(lambda r: None).process_view(request, None, (), {})
+            if refusal is not None:
+                raise Forbidden("CSRF verification failed for this session request")
+        return actor_for_user(request.user)
+    raise Unauthorized("send x-agentos-run-token, Authorization: Bearer <key>, or sign in")
+
+
+def read_body(request, limit: int) -> bytes:
+    """The raw body, refused with 413 past `limit` bytes before anything is parsed.
+
+    Chunked bodies have no Content-Length, so the stream itself is read up to limit + 1 bytes.
+    """
+    length = request.META.get("CONTENT_LENGTH")
+    if length:
+        try:
+            if int(length) > limit:
+                raise TooLarge(f"the body is over {limit} bytes")
+        except ValueError:
+            raise BadJson("Content-Length is not a number") from None
+        return request.body
+    if "chunked" in request.META.get("HTTP_TRANSFER_ENCODING", "").lower():
+        stream = request.META["wsgi.input"]
+        raw = stream.read(limit + 1)
+        if len(raw) > limit:
+            raise TooLarge(f"the body is over {limit} bytes")
+        return raw
+    return request.body
+
+
+def read_json(request, limit: int):
+    raw = read_body(request, limit)
+    try:
+        return parse_json(raw)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise BadJson(f"the body is not valid JSON: {exc}") from None
+
+
+def viewer_only(actor: Actor) -> None:
+    if not may_view(actor):
+        raise Forbidden("your role may not read holds")
+
+
+def get_hold(actor: Actor, hold_id: str) -> Hold:
+    pk = parse_public_id(hold_id, "h")
+    holds = Hold.objects.select_related("run", "capability")
+    if actor.kind == "run":
+        # Another run's hold is simply not there for this token.
+        holds = holds.filter(run=actor.run)
+    hold = holds.filter(pk=pk).first() if pk else None
+    if hold is None:
+        raise NotFound(f"hold {hold_id} does not exist")
+    return hold
+
+
+# --- holds -------------------------------------------------------------------------------------
+
+
+@endpoint("GET", "POST")
+def holds(request):
+    actor = caller(request)
+    if request.method == "GET":
+        return JsonResponse(serializers.hold_list(actor, request.GET))
+    if actor.kind != "run":
+        raise Forbidden("only an agent, with its run token, asks")
+    body = read_json(request, MAX_ASK_BYTES)
+    hold = services.hold_ask(invocation=actor.invocation, body=body)
+    return JsonResponse({"hold_id": hold.public_id, "status": hold.status}, status=201)
+
+
+@endpoint("GET")
+def hold_detail(request, hold_id: str):
+    actor = caller(request)
+    hold = get_hold(actor, hold_id)
+    if actor.kind != "run":
+        viewer_only(actor)
+    return JsonResponse(serializers.hold_full(hold))
+
+
+@endpoint("POST")
+def hold_decision(request, hold_id: str):
+    actor = caller(request)
+    body = read_json(request, MAX_DECISION_BYTES)
+    hold = get_hold(actor, hold_id)
+    hold = services.hold_decide(hold_id=hold.pk, actor=actor, body=body)
+    return JsonResponse(
+        {
+            "hold_id": hold.public_id,
+            "status": hold.status,
+            "decided_by": hold.decided_by,
+            "decided_at": hold.decided_at.isoformat(),
+        }
+    )
+
+
+# --- runs --------------------------------------------------------------------------------------
+
+
+@endpoint("POST")
+def runs(request):
+    actor = caller(request)
+    body = read_json(request, MAX_ASK_BYTES)
+    if actor.kind != "run" and actor.role not in ("admin", "member"):
+        raise Forbidden("viewers may not start runs")
+    start, errors = validate_start(body)
+    if errors:
+        raise Invalid(errors)
+    run, created = services.run_start(
+        capability_name=start.capability,
+        input=start.input,
+        actor=actor,
+        idempotency_key=request.headers.get("idempotency-key") or None,
+    )
+    return JsonResponse({"run_id": run.public_id, "status": run.status}, status=201 if created else 200)
+
+
+def get_run(actor: Actor, run_id: str) -> Run:
+    pk = parse_public_id(run_id, "r")
+    run = Run.objects.select_related("capability").filter(pk=pk).first() if pk else None
+    if run is None or (actor.kind == "run" and run.pk != actor.run.pk):
+        raise NotFound(f"run {run_id} does not exist")
+    if actor.kind != "run":
+        viewer_only(actor)
+    return run
+
+
+@endpoint("GET")
+def run_detail(request, run_id: str):
+    actor = caller(request)
+    return JsonResponse(serializers.run_full(get_run(actor, run_id)))
+
+
+@endpoint("POST")
+def run_fail(request, run_id: str):
+    actor = caller(request)
+    body = read_json(request, MAX_ASK_BYTES) if request.META.get("CONTENT_LENGTH") not in (None, "", "0") else {}
+    if actor.kind == "run":
+        raise Forbidden("a run token may not fail runs")
+    run = get_run(actor, run_id)
+    reason = body.get("reason", "") if isinstance(body, dict) else ""
+    run = services.run_fail(run_id=run.pk, actor=actor, reason=str(reason) or f"failed by {actor.label}")
+    return JsonResponse(serializers.run_full(run))
+
+
+@endpoint("GET", "PUT", "DELETE")
+def run_state(request, run_id: str, key: str):
+    actor = caller(request)
+    if request.method == "PUT":
+        raw = read_body(request, MAX_STATE_BYTES)
+    run = get_run(actor, run_id)
+    if actor.kind != "run" and request.method != "GET":
+        raise Forbidden("only the run's own token writes its state")
+    if request.method == "GET":
+        entry = RunState.objects.filter(run=run, key=key).first()
+        if entry is None:
+            raise NotFound(f"run {run.public_id} has no state '{key}'")
+        return JsonResponse(entry.value, safe=False)
+    if request.method == "PUT":
+        try:
+            value = parse_json(raw)
+        except (ValueError, UnicodeDecodeError) as exc:
+            raise BadJson(f"the body is not valid JSON: {exc}") from None
+        services.run_state_put(run=run, key=key, value=value, actor=actor)
+        return HttpResponse(status=204)
+    if not services.run_state_delete(run=run, key=key, actor=actor):
+        raise NotFound(f"run {run.public_id} has no state '{key}'")
+    return HttpResponse(status=204)
+
+
+# --- files -------------------------------------------------------------------------------------
+
+
+@endpoint("POST")
+def files(request):
+    actor = caller(request)
+    if actor.kind != "run":
+        raise Forbidden("files are uploaded by a run, with its token")
+    raw = read_body(request, MAX_FILE_BYTES)
+    name = (request.headers.get("x-filename") or "").strip()
+    content_type = (request.headers.get("content-type") or "application/octet-stream").split(";")[0].strip()
+    errors = []
+    if not name or len(name) > 255 or "/" in name or "\\" in name or "\x00" in name:
+        errors.append({"field": "x-filename", "message": "a file name of 1-255 characters without slashes"})
+    if not raw:
+        errors.append({"field": "body", "message": "the file is empty"})
+    if errors:
+        raise Invalid(errors)
+    run_file = services.run_file_add(
+        run=actor.run,
+        name=name,
+        content_type=content_type,
+        content=ContentFile(raw),
+        size=len(raw),
+        sha256=hashlib.sha256(raw).hexdigest(),
+        actor=actor,
+    )
+    return JsonResponse(serializers.file_brief(run_file), status=201)
+
+
+@endpoint("GET")
+def file_download(request, file_id: str):
+    actor = caller(request)
+    pk = parse_public_id(file_id, "f")
+    run_file = RunFile.objects.filter(pk=pk).first() if pk else None
+    if run_file is None or (actor.kind == "run" and run_file.run_id != actor.run.pk):
+        raise NotFound(f"file {file_id} does not exist")
+    if actor.kind != "run":
+        viewer_only(actor)
+    return serve_file(run_file)
+
+
+INLINE_TYPES = {"image/png", "image/jpeg", "image/gif", "image/webp", "application/pdf"}
+
+
+def serve_file(run_file: RunFile) -> FileResponse:
+    """The type comes from our record; only safe images and PDFs open in the browser."""
+    inline = run_file.content_type in INLINE_TYPES
+    response = FileResponse(
+        run_file.file.open("rb"),
+        as_attachment=not inline,
+        filename=run_file.name,
+        content_type=run_file.content_type if inline else "application/octet-stream",
+    )
+    response["X-Content-Type-Options"] = "nosniff"
+    response["Content-Security-Policy"] = "sandbox"
+    return response
+
+
+# --- invocations -------------------------------------------------------------------------------
+
+
+@endpoint("POST")
+def invocation_retry(request, invocation_id: str):
+    actor = caller(request)
+    if not Invocation.objects.filter(pk=invocation_id).exists():
+        raise NotFound(f"invocation {invocation_id} does not exist")
+    invocation = services.invocation_retry(invocation_id=invocation_id, actor=actor)
+    return JsonResponse({"invocation_id": invocation.id, "status": invocation.status})

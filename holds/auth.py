@@ -1,0 +1,153 @@
+"""Who is calling: run tokens, service-account keys, sessions, and what their role allows.
+
+Run tokens are derived (HMAC of the invocation id under a server key) so a delivery retry can
+send the same token again, and only their sha256 is stored. Service-account keys are random and
+also stored only as a sha256. Lookups go by hash; the final comparison is constant-time.
+"""
+
+import base64
+import hashlib
+import hmac
+import secrets
+from dataclasses import dataclass
+
+from django.conf import settings
+
+from .models import Capability, Invocation, Role, Run, ServiceAccount
+
+TOKEN_PREFIX = "tok_"
+KEY_PREFIX = "rqk_"
+
+
+def sha256_hex(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def _token_key() -> bytes:
+    # A key of its own, so that a token never equals anything else signed with SECRET_KEY.
+    return hashlib.sha256(b"reviewqueue.run-token:" + settings.SECRET_KEY.encode()).digest()
+
+
+def run_token_for(invocation_id: str) -> str:
+    mac = hmac.new(_token_key(), invocation_id.encode(), hashlib.sha256).digest()
+    return TOKEN_PREFIX + base64.urlsafe_b64encode(mac).decode().rstrip("=")
+
+
+def run_token_hash(invocation_id: str) -> str:
+    return sha256_hex(run_token_for(invocation_id))
+
+
+def new_service_key() -> tuple[str, str, str]:
+    """A new key, its hash and a short prefix that identifies it in lists."""
+    key = KEY_PREFIX + secrets.token_urlsafe(32)
+    return key, sha256_hex(key), key[:10]
+
+
+@dataclass(frozen=True)
+class Actor:
+    """The caller of a service function: a person, a service account, or a run (by its token)."""
+
+    kind: str  # "user" | "account" | "run" | "system"
+    role: str | None
+    label: str
+    user: object | None = None
+    account: ServiceAccount | None = None
+    run: Run | None = None
+    invocation: Invocation | None = None
+
+    @property
+    def caller_key(self) -> str:
+        """Who an Idempotency-Key belongs to."""
+        if self.kind == "user":
+            return f"user:{self.user.pk}"
+        if self.kind == "account":
+            return f"account:{self.account.pk}"
+        if self.kind == "run":
+            return f"run:{self.run.pk}"
+        return "system"
+
+    @property
+    def is_admin(self) -> bool:
+        return self.role == Role.ADMIN
+
+
+SYSTEM = Actor(kind="system", role=None, label="system")
+
+
+def role_of_user(user) -> str | None:
+    if not user.is_authenticated or not user.is_active:
+        return None
+    if user.is_superuser:
+        return Role.ADMIN
+    membership = getattr(user, "membership", None)
+    return membership.role if membership else Role.VIEWER
+
+
+def actor_for_user(user) -> Actor:
+    return Actor(kind="user", role=role_of_user(user), label=user.get_username(), user=user)
+
+
+def actor_for_account(account: ServiceAccount) -> Actor:
+    return Actor(kind="account", role=account.role, label=f"service account {account.name}", account=account)
+
+
+def actor_for_invocation(invocation: Invocation) -> Actor:
+    return Actor(
+        kind="run",
+        role=None,
+        label=f"run {invocation.run.public_id}",
+        run=invocation.run,
+        invocation=invocation,
+    )
+
+
+def invocation_for_token(token: str) -> Invocation | None:
+    """The invocation whose token this is, if that token is valid now.
+
+    A token lives from its invocation's first delivery until it answers or is given up, and never
+    while the run is held or finished, nor once a later invocation has superseded it.
+    """
+    if not token or not token.startswith(TOKEN_PREFIX):
+        return None
+    invocation = (
+        Invocation.objects.select_related("run", "run__capability").filter(token_hash=sha256_hex(token)).first()
+    )
+    if invocation is None or not hmac.compare_digest(invocation.token_hash, sha256_hex(token)):
+        return None
+    live = invocation.status in (Invocation.Status.DELIVERING, Invocation.Status.PENDING) and invocation.attempts > 0
+    if not live or invocation.run.status != Run.Status.RUNNING or invocation.seq != invocation.run.seq:
+        return None
+    return invocation
+
+
+def account_for_key(key: str) -> ServiceAccount | None:
+    if not key or not key.startswith(KEY_PREFIX):
+        return None
+    account = ServiceAccount.objects.filter(key_hash=sha256_hex(key), revoked_at__isnull=True).first()
+    if account is None or not hmac.compare_digest(account.key_hash, sha256_hex(key)):
+        return None
+    return account
+
+
+def may_decide(actor: Actor, capability: Capability, run: Run) -> bool:
+    """People and service accounts decide when their role is an approver of the capability.
+
+    With `self_approval: false`, whoever started the run (or any ancestor run) may not.
+    """
+    if actor.kind not in ("user", "account") or actor.role is None:
+        return False
+    if actor.role not in capability.approvers:
+        return False
+    if not capability.self_approval:
+        node = run
+        while node is not None:
+            if actor.kind == "user" and node.started_by_user_id == actor.user.pk:
+                return False
+            if actor.kind == "account" and node.started_by_account_id == actor.account.pk:
+                return False
+            node = node.parent
+    return True
+
+
+def may_view(actor: Actor) -> bool:
+    return actor.kind in ("user", "account") and actor.role is not None

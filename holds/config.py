@@ -1,0 +1,161 @@
+"""Reading `agentos.yaml`: every capability checked in full before anything is written.
+
+A bad file stops the sync with messages that name the capability and the key; nothing is
+half-applied because the caller writes only after `load_capabilities` returned without errors.
+"""
+
+import base64
+import json
+import re
+import secrets
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import jsonschema
+import yaml
+
+from .models import Role
+
+KEYS = {"endpoint", "version", "input", "output", "timeout", "approvers", "secret", "notify", "self_approval"}
+NOTIFY_KEYS = {"email", "webhook"}
+DURATION = re.compile(r"^(\d+(?:\.\d+)?)(ms|s|m|h)?$")
+UNITS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, None: 1}
+NAME = re.compile(r"^[A-Za-z0-9_.-]{1,100}$")
+
+
+class ConfigError(Exception):
+    def __init__(self, problems: list[str]):
+        super().__init__("\n".join(problems))
+        self.problems = problems
+
+
+@dataclass
+class CapabilitySpec:
+    name: str
+    values: dict = field(default_factory=dict)  # only the keys the file sets
+
+
+def new_secret() -> str:
+    return "whsec_" + base64.b64encode(secrets.token_bytes(32)).decode()
+
+
+def parse_duration(value) -> float:
+    if isinstance(value, bool):
+        raise ValueError("a duration like 30s, 2m or 500ms")
+    if isinstance(value, (int, float)):
+        seconds = float(value)
+    else:
+        match = DURATION.match(str(value).strip())
+        if not match:
+            raise ValueError("a duration like 30s, 2m or 500ms")
+        seconds = float(match.group(1)) * UNITS[match.group(2)]
+    if not 0 < seconds <= 3600:
+        raise ValueError("between 0 and 1h")
+    return seconds
+
+
+def load_capabilities(path: Path) -> list[CapabilitySpec]:
+    try:
+        document = yaml.safe_load(path.read_text())
+    except OSError as exc:
+        raise ConfigError([f"{path}: cannot read: {exc.strerror}"]) from None
+    except yaml.YAMLError as exc:
+        raise ConfigError([f"{path}: not valid YAML: {exc}"]) from None
+    if (
+        not isinstance(document, dict)
+        or set(document) != {"capabilities"}
+        or not isinstance(document["capabilities"], dict)
+    ):
+        raise ConfigError([f"{path}: the file must have one top-level key, 'capabilities', mapping names to settings"])
+    problems, specs = [], []
+    for name, raw in document["capabilities"].items():
+        spec, errors = _capability(path.parent, str(name), raw)
+        problems += [f"capability '{name}': {e}" for e in errors]
+        specs.append(spec)
+    if problems:
+        raise ConfigError(problems)
+    return specs
+
+
+def _capability(base: Path, name: str, raw) -> tuple[CapabilitySpec, list[str]]:
+    spec, errors = CapabilitySpec(name=name), []
+    if not NAME.match(name):
+        errors.append("the name may use letters, digits, '_', '.' and '-' (1-100 characters)")
+    if not isinstance(raw, dict):
+        return spec, errors + ["its settings must be a mapping"]
+    for key in sorted(set(raw) - KEYS):
+        errors.append(f"key '{key}': unknown key (known: {', '.join(sorted(KEYS))})")
+    endpoint = raw.get("endpoint")
+    if not isinstance(endpoint, str) or not re.match(r"^https?://[^\s/]+", endpoint or ""):
+        errors.append("key 'endpoint': required, an http(s) URL")
+    else:
+        spec.values["endpoint"] = endpoint.rstrip("/")
+    if "version" in raw:
+        if not isinstance(raw["version"], (str, int)) or isinstance(raw["version"], bool):
+            errors.append("key 'version': a string")
+        else:
+            spec.values["version"] = str(raw["version"])
+    if "timeout" in raw:
+        try:
+            spec.values["timeout_seconds"] = parse_duration(raw["timeout"])
+        except ValueError as exc:
+            errors.append(f"key 'timeout': {exc}")
+    for key, target in (("input", "input_schema"), ("output", "output_schema")):
+        if key in raw:
+            try:
+                spec.values[target] = _schema(base, raw[key])
+            except ValueError as exc:
+                errors.append(f"key '{key}': {exc}")
+    if "approvers" in raw:
+        approvers = raw["approvers"]
+        if (
+            not isinstance(approvers, list)
+            or not approvers
+            or any(a not in (Role.ADMIN, Role.MEMBER) for a in approvers)
+        ):
+            errors.append("key 'approvers': a non-empty list of roles from [admin, member]")
+        else:
+            spec.values["approvers"] = list(dict.fromkeys(approvers))
+    if "self_approval" in raw:
+        if not isinstance(raw["self_approval"], bool):
+            errors.append("key 'self_approval': true or false")
+        else:
+            spec.values["self_approval"] = raw["self_approval"]
+    if "secret" in raw:
+        secret = raw["secret"]
+        try:
+            if not isinstance(secret, str) or not secret.startswith("whsec_"):
+                raise ValueError
+            if len(base64.b64decode(secret[6:], validate=True)) < 16:
+                raise ValueError
+            spec.values["secret"] = secret
+        except ValueError:
+            errors.append("key 'secret': 'whsec_' followed by base64 of at least 16 bytes")
+    if "notify" in raw:
+        notify = raw["notify"]
+        if not isinstance(notify, dict) or set(notify) - NOTIFY_KEYS:
+            errors.append("key 'notify': a mapping with 'email' (true/false) and/or 'webhook' (a URL)")
+        elif "email" in notify and not isinstance(notify["email"], bool):
+            errors.append("key 'notify.email': true or false")
+        elif "webhook" in notify and not re.match(r"^https?://\S+$", str(notify["webhook"])):
+            errors.append("key 'notify.webhook': an http(s) URL")
+        else:
+            spec.values["notify"] = notify
+    return spec, errors
+
+
+def _schema(base: Path, ref) -> dict:
+    if not isinstance(ref, str) or not ref:
+        raise ValueError("a path to a JSON Schema file, relative to agentos.yaml")
+    path = (base / ref).resolve()
+    try:
+        schema = json.loads(path.read_text())
+    except OSError:
+        raise ValueError(f"cannot read {ref}") from None
+    except ValueError as exc:
+        raise ValueError(f"{ref} is not valid JSON: {exc}") from None
+    try:
+        jsonschema.Draft202012Validator.check_schema(schema)
+    except jsonschema.SchemaError as exc:
+        raise ValueError(f"{ref} is not a valid JSON Schema: {exc.message}") from None
+    return schema

@@ -1,0 +1,143 @@
+"""The HTTP call to an agent: the body, Standard Webhooks signing, the timeout, the answer.
+
+Nothing here changes state: it claims through services, sends, classifies what came back into
+an Outcome, and hands that to services to record.
+"""
+
+import base64
+import hashlib
+import hmac
+import json
+import time
+
+import httpx
+from django.conf import settings
+from django.utils import timezone
+
+from . import services
+from .auth import run_token_for
+from .models import Invocation
+
+ERROR_EXCERPT = 300
+
+
+def invocation_body(invocation: Invocation) -> dict:
+    run = invocation.run
+    return {
+        "invocation": {
+            "id": invocation.id,
+            "kind": invocation.kind,
+            "seq": invocation.seq,
+            "run_id": run.public_id,
+            "capability": run.capability.name,
+            "version": run.version,
+            "api_url": settings.RQ_PUBLIC_URL,
+            "run_token": run_token_for(invocation.id),
+            "input": run.input,
+            "eval": None,
+        },
+        "resume": invocation.resume if invocation.kind == Invocation.Kind.RESUME else None,
+    }
+
+
+def signing_key(secret: str) -> bytes:
+    """The HMAC key is the base64-decoded text after `whsec_`."""
+    return base64.b64decode(secret.removeprefix("whsec_"))
+
+
+def sign(secret: str, msg_id: str, timestamp: int, body: bytes) -> str:
+    signed = f"{msg_id}.{timestamp}.".encode() + body
+    digest = hmac.new(signing_key(secret), signed, hashlib.sha256).digest()
+    return "v1," + base64.b64encode(digest).decode()
+
+
+def classify(response: httpx.Response | None, error: str, latency_ms: int, started_at) -> services.Outcome:
+    common = {"latency_ms": latency_ms, "started_at": started_at}
+    if response is None:
+        return services.Outcome(kind="retry", error=error, **common)
+    code = response.status_code
+    excerpt = response.text[:ERROR_EXCERPT]
+    if 200 <= code < 300:
+        answer, problem = parse_answer(response.content)
+        if answer is not None:
+            return services.Outcome(kind="answer", answer=answer, status_code=code, **common)
+        return services.Outcome(kind="retry", status_code=code, error=f"invalid answer: {problem}", **common)
+    if code == 410:
+        return services.Outcome(kind="gone", status_code=code, error=f"410 Gone: {excerpt}", **common)
+    if code in (408, 429) or code >= 500:
+        return services.Outcome(
+            kind="retry",
+            status_code=code,
+            error=f"HTTP {code}: {excerpt}",
+            retry_after=retry_after(response.headers.get("retry-after")),
+            **common,
+        )
+    return services.Outcome(
+        kind="fatal", status_code=code, error=f"the agent refused with HTTP {code}: {excerpt}", **common
+    )
+
+
+def retry_after(value: str | None) -> float | None:
+    if not value:
+        return None
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        from email.utils import parsedate_to_datetime
+
+        try:
+            return max(0.0, (parsedate_to_datetime(value) - timezone.now()).total_seconds())
+        except (TypeError, ValueError):
+            return None
+
+
+def parse_answer(content: bytes) -> tuple[dict | None, str]:
+    try:
+        answer = json.loads(content)
+    except ValueError:
+        return None, "the body is not JSON"
+    if not isinstance(answer, dict):
+        return None, "the body is not a JSON object"
+    status = answer.get("status")
+    if status == "completed" and "output" in answer:
+        return {"status": "completed", "output": answer["output"]}, ""
+    if status == "failed" and isinstance(answer.get("error"), str):
+        return {"status": "failed", "error": answer["error"]}, ""
+    if status == "suspended" and isinstance(answer.get("hold_id"), str):
+        return {"status": "suspended", "hold_id": answer["hold_id"]}, ""
+    return None, "expected status completed+output, failed+error or suspended+hold_id"
+
+
+def deliver(invocation_id: str, *, client: httpx.Client | None = None) -> str:
+    """One delivery attempt of one invocation. Safe to call twice: only the claim holder sends."""
+    claim = services.invocation_claim(invocation_id=invocation_id)
+    if claim is None:
+        return "not-due"
+    invocation = claim.invocation
+    capability = invocation.run.capability
+    body = json.dumps(invocation_body(invocation), separators=(",", ":")).encode()
+    timestamp = int(time.time())
+    headers = {
+        "content-type": "application/json",
+        "webhook-id": invocation.id,
+        "webhook-timestamp": str(timestamp),
+        "webhook-signature": sign(capability.secret, invocation.id, timestamp, body),
+        "user-agent": "ReviewQueue/0",
+    }
+    url = invocation.run.endpoint.rstrip("/") + "/invoke"
+    started_at = timezone.now()
+    start = time.monotonic()
+    response, error = None, ""
+    try:
+        if client is None:
+            with httpx.Client() as own:
+                response = own.post(url, content=body, headers=headers, timeout=capability.timeout_seconds)
+        else:
+            response = client.post(url, content=body, headers=headers, timeout=capability.timeout_seconds)
+    except httpx.TimeoutException:
+        error = f"no answer within {capability.timeout_seconds:g}s"
+    except httpx.HTTPError as exc:
+        error = f"{type(exc).__name__}: {exc}"[:ERROR_EXCERPT]
+    latency_ms = int((time.monotonic() - start) * 1000)
+    outcome = classify(response, error, latency_ms, started_at)
+    return services.invocation_record(invocation_id=invocation.id, attempt=claim.attempt, outcome=outcome)

@@ -1,0 +1,24 @@
+from pathlib import Path
+
+from django.core.management.base import BaseCommand, CommandError
+
+from holds import services
+from holds.auth import SYSTEM
+from holds.config import ConfigError, load_capabilities
+
+
+class Command(BaseCommand):
+    help = "Create or update capabilities from an agentos.yaml file (all or nothing)."
+
+    def add_arguments(self, parser):
+        parser.add_argument("file", type=Path)
+
+    def handle(self, *args, file: Path, **options):
+        try:
+            specs = load_capabilities(file)
+        except ConfigError as exc:
+            raise CommandError("nothing was changed:\n  " + "\n  ".join(exc.problems)) from None
+        for name, created, secret in services.capabilities_sync(specs=specs, actor=SYSTEM):
+            self.stdout.write(f"{'created' if created else 'updated'} {name}")
+            if secret:
+                self.stdout.write(f"  generated secret for {name} (shown once; give it to the agent): {secret}")

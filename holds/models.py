@@ -1,0 +1,411 @@
+"""Data and invariants of Review Queue.
+
+Statuses are TextChoices; every invariant that can be a database constraint is one, so that a
+bug in a code path cannot create a second open hold or a second invocation with the same seq.
+Public ids (`r_<n>`, `h_<n>`, `f_<n>`) are derived from integer keys; invocation ids are random
+because they double as the Standard Webhooks `webhook-id`.
+"""
+
+import json
+import secrets
+
+from django.conf import settings
+from django.db import models
+from django.db.models import Q
+
+
+class ExactJSONField(models.TextField):
+    """JSON kept as the text we wrote, so numbers read back with their type and value.
+
+    PostgreSQL's jsonb rewrites 1e300 as a 301-digit integer; agents' values must reach the
+    reviewer and the resume exactly as sent (SPEC: integers exact, other numbers float64).
+    """
+
+    def from_db_value(self, value, expression, connection):
+        return None if value is None else json.loads(value)
+
+    def to_python(self, value):
+        return json.loads(value) if isinstance(value, str) else value
+
+    def get_prep_value(self, value):
+        if value is None:
+            return None
+        return json.dumps(value, ensure_ascii=False, allow_nan=False)
+
+
+class Role(models.TextChoices):
+    ADMIN = "admin"
+    MEMBER = "member"
+    VIEWER = "viewer"
+
+
+class RunStatus(models.TextChoices):
+    RUNNING = "running"
+    HELD = "held"
+    COMPLETED = "completed"
+    FAILED = "failed"
+
+
+class HoldStatus(models.TextChoices):
+    PENDING = "pending"
+    DECIDED = "decided"
+    EXPIRED = "expired"
+    CANCELLED = "cancelled"
+
+
+class InvocationKind(models.TextChoices):
+    START = "start"
+    RESUME = "resume"
+
+
+class InvocationStatus(models.TextChoices):
+    # A resume decided while its asking invocation is still answering waits for that answer.
+    WAITING = "waiting"
+    PENDING = "pending"  # due at next_attempt_at
+    DELIVERING = "delivering"  # claimed by a worker until lease_until
+    ANSWERED = "answered"
+    FAILED = "failed"  # a non-retryable answer; the run failed
+    UNDELIVERABLE = "undeliverable"  # retries exhausted; an admin may retry
+    PARKED = "parked"  # the endpoint answered 410 or is disabled
+    CANCELLED = "cancelled"  # the run finished before it was sent
+
+
+class Capability(models.Model):
+    name = models.CharField(max_length=100, unique=True)
+    endpoint = models.URLField(max_length=500)
+    version = models.CharField(max_length=50, default="1")
+    timeout_seconds = models.FloatField(default=30)
+    input_schema = models.JSONField(null=True, blank=True)
+    output_schema = models.JSONField(null=True, blank=True)
+    approvers = models.JSONField(default=list)
+    self_approval = models.BooleanField(default=True)
+    secret = models.CharField(max_length=200)
+    notify = models.JSONField(default=dict, blank=True)
+    # Keys whose value the last sync_capabilities took from agentos.yaml (the team page says so).
+    from_file = models.JSONField(default=list, blank=True)
+    # Set when the agent answered 410 Gone: nothing is sent until an admin enables it again.
+    endpoint_disabled_at = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        verbose_name_plural = "capabilities"
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class Membership(models.Model):
+    """A person's role. A superuser counts as admin whatever this says."""
+
+    user = models.OneToOneField(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="membership")
+    role = models.CharField(max_length=10, choices=Role.choices, default=Role.MEMBER)
+
+    def __str__(self) -> str:
+        return f"{self.user} ({self.role})"
+
+
+class ServiceAccount(models.Model):
+    name = models.CharField(max_length=100, unique=True)
+    role = models.CharField(max_length=10, choices=Role.choices, default=Role.MEMBER)
+    # sha256 of the key; the key itself is shown once and never stored.
+    key_hash = models.CharField(max_length=64, unique=True)
+    key_prefix = models.CharField(max_length=16)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class Run(models.Model):
+    Status = RunStatus
+
+    capability = models.ForeignKey(Capability, on_delete=models.PROTECT, related_name="runs")
+    # A run keeps the version and endpoint it started with; its resumes use them.
+    version = models.CharField(max_length=50)
+    endpoint = models.URLField(max_length=500)
+    status = models.CharField(max_length=10, choices=Status.choices, default=Status.RUNNING)
+    seq = models.PositiveIntegerField(default=0)
+    input = ExactJSONField(default=dict)
+    output = ExactJSONField(null=True, blank=True)
+    error = models.TextField(blank=True, default="")
+    parent = models.ForeignKey("self", null=True, blank=True, on_delete=models.PROTECT, related_name="children")
+    started_by_user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    started_by_account = models.ForeignKey(
+        ServiceAccount, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        constraints = [
+            models.CheckConstraint(condition=Q(status__in=RunStatus.values), name="run_status_valid"),
+        ]
+
+    def __str__(self) -> str:
+        return self.public_id
+
+    @property
+    def public_id(self) -> str:
+        return f"r_{self.pk}"
+
+    @property
+    def finished(self) -> bool:
+        return self.status in (self.Status.COMPLETED, self.Status.FAILED)
+
+    @property
+    def started_by_label(self) -> str:
+        if self.started_by_user_id:
+            return self.started_by_user.get_username()
+        if self.started_by_account_id:
+            return f"service account {self.started_by_account.name}"
+        if self.parent_id:
+            return f"run r_{self.parent_id}"
+        return "unknown"
+
+
+class IdempotencyKey(models.Model):
+    """`Idempotency-Key` of POST /v0/runs; the caller is `run:<id>`, `account:<id>` or `user:<id>`."""
+
+    caller = models.CharField(max_length=100)
+    key = models.CharField(max_length=200)
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="+")
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["caller", "key"], name="idempotency_key_unique")]
+
+    def __str__(self) -> str:
+        return f"{self.caller} {self.key}"
+
+
+def new_invocation_id() -> str:
+    return f"inv_{secrets.token_hex(12)}"
+
+
+class Invocation(models.Model):
+    """One call of the agent for a run, and its outbox row: the truth about its delivery."""
+
+    Kind = InvocationKind
+    Status = InvocationStatus
+
+    id = models.CharField(primary_key=True, max_length=40, default=new_invocation_id, editable=False)
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="invocations")
+    kind = models.CharField(max_length=10, choices=Kind.choices)
+    seq = models.PositiveIntegerField()
+    status = models.CharField(max_length=15, choices=Status.choices, default=Status.PENDING)
+    token_hash = models.CharField(max_length=64, unique=True)
+    # The `resume` object of the body (null for a start), fixed when the decision is stored.
+    resume = ExactJSONField(null=True, blank=True)
+    hold = models.ForeignKey("Hold", null=True, blank=True, on_delete=models.CASCADE, related_name="resumes")
+    attempts = models.PositiveIntegerField(default=0)
+    next_attempt_at = models.DateTimeField(null=True, blank=True)
+    lease_until = models.DateTimeField(null=True, blank=True)
+    first_sent_at = models.DateTimeField(null=True, blank=True)
+    answered_at = models.DateTimeField(null=True, blank=True)
+    answer = ExactJSONField(null=True, blank=True)
+    last_error = models.TextField(blank=True, default="")
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["run", "seq"], name="invocation_seq_unique_per_run"),
+            # Exactly one resume per hold, whoever creates it (a person or the sweep).
+            models.UniqueConstraint(fields=["hold"], condition=Q(kind="resume"), name="one_resume_per_hold"),
+            models.CheckConstraint(condition=Q(status__in=InvocationStatus.values), name="invocation_status_valid"),
+            models.CheckConstraint(condition=Q(kind__in=InvocationKind.values), name="invocation_kind_valid"),
+        ]
+        indexes = [
+            # The relay: due outbox rows only; answered rows (nearly all) stay out of the index.
+            models.Index(
+                fields=["next_attempt_at"],
+                condition=Q(status__in=["pending", "delivering"]),
+                name="invocation_outbox_due",
+            ),
+            # The ops page: undeliverable and parked invocations.
+            models.Index(
+                fields=["status", "created_at"],
+                condition=Q(status__in=["undeliverable", "parked"]),
+                name="invocation_needs_ops",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return self.id
+
+
+class DeliveryAttempt(models.Model):
+    invocation = models.ForeignKey(Invocation, on_delete=models.CASCADE, related_name="delivery_attempts")
+    number = models.PositiveIntegerField()
+    started_at = models.DateTimeField()
+    latency_ms = models.PositiveIntegerField(default=0)
+    status_code = models.PositiveIntegerField(null=True, blank=True)
+    outcome = models.CharField(max_length=20)  # answered / retry / failed / undeliverable / parked
+    error = models.CharField(max_length=500, blank=True, default="")
+
+    def __str__(self) -> str:
+        return f"{self.invocation_id} #{self.number} {self.outcome}"
+
+
+class Hold(models.Model):
+    Status = HoldStatus
+
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="holds")
+    # The invocation that asked; a resume is not sent before it has answered.
+    invocation = models.ForeignKey(Invocation, on_delete=models.CASCADE, related_name="asked_holds")
+    # Copied from the run so that the queue filters and sorts without a join.
+    capability = models.ForeignKey(Capability, on_delete=models.PROTECT, related_name="holds")
+    status = models.CharField(max_length=10, choices=Status.choices, default=Status.PENDING)
+    intent = models.CharField(max_length=500)
+    actions = models.JSONField()
+    details = models.TextField(blank=True, default="")
+    files = models.JSONField(default=list, blank=True)
+    expires_at = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    # Derived once at ask time so that the queue sorts and shows them without touching items.
+    item_count = models.PositiveIntegerField()
+    min_confidence = models.FloatField(null=True, blank=True)
+    search_text = models.TextField(blank=True, default="")
+    fingerprint = models.CharField(max_length=64)
+    decided_at = models.DateTimeField(null=True, blank=True)
+    decided_by = models.CharField(max_length=200, blank=True, default="")
+    decided_by_user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    decided_by_account = models.ForeignKey(
+        ServiceAccount, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    comment = models.TextField(null=True, blank=True)
+
+    class Meta:
+        constraints = [
+            # A run has at most one open question.
+            models.UniqueConstraint(fields=["run"], condition=Q(status="pending"), name="one_pending_hold_per_run"),
+            models.CheckConstraint(condition=Q(status__in=HoldStatus.values), name="hold_status_valid"),
+            models.CheckConstraint(condition=Q(item_count__gte=1, item_count__lte=100), name="hold_item_count"),
+        ]
+        indexes = [
+            # The queue: pending holds, soonest expiry first (never-expiring last), then oldest.
+            models.Index(
+                fields=["expires_at", "created_at", "id"],
+                condition=Q(status="pending"),
+                name="hold_queue",
+            ),
+            # The queue filtered by capability.
+            models.Index(
+                fields=["capability", "expires_at", "created_at", "id"],
+                condition=Q(status="pending"),
+                name="hold_queue_by_capability",
+            ),
+            # History: decided and expired holds, newest decision first.
+            models.Index(
+                fields=["-decided_at", "-id"],
+                condition=Q(status__in=["decided", "expired"]),
+                name="hold_history",
+            ),
+            # The sweep touches pending holds that expire, in expiry order.
+            models.Index(
+                fields=["expires_at"],
+                condition=Q(status="pending", expires_at__isnull=False),
+                name="hold_sweep_due",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return self.public_id
+
+    @property
+    def public_id(self) -> str:
+        return f"h_{self.pk}"
+
+
+class HoldItem(models.Model):
+    class Action(models.TextChoices):
+        APPROVE = "approve"
+        EDIT = "edit"
+        REJECT = "reject"
+        FEEDBACK = "feedback"
+
+    hold = models.ForeignKey(Hold, on_delete=models.CASCADE, related_name="items")
+    position = models.PositiveSmallIntegerField()
+    item_id = models.CharField(max_length=200)
+    title = models.CharField(max_length=1000)
+    data = ExactJSONField()
+    confidence = models.JSONField(default=dict, blank=True)
+    # The per-item decision, written with the hold's decision in one transaction.
+    action = models.CharField(max_length=10, choices=Action.choices, blank=True, default="")
+    decided_data = ExactJSONField(null=True, blank=True)
+    comment = models.TextField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["hold", "position"]
+        constraints = [
+            models.UniqueConstraint(fields=["hold", "item_id"], name="item_id_unique_in_hold"),
+            models.UniqueConstraint(fields=["hold", "position"], name="item_position_unique_in_hold"),
+        ]
+
+    def __str__(self) -> str:
+        return f"h_{self.hold_id} {self.item_id}"
+
+
+class AuditEvent(models.Model):
+    """Append-only: saving an existing row or deleting one raises (and PostgreSQL refuses it too)."""
+
+    at = models.DateTimeField(auto_now_add=True, db_index=True)
+    actor = models.CharField(max_length=200)
+    kind = models.CharField(max_length=50, db_index=True)
+    run_id_ref = models.BigIntegerField(null=True, blank=True, db_index=True)
+    hold_id_ref = models.BigIntegerField(null=True, blank=True, db_index=True)
+    invocation_id_ref = models.CharField(max_length=40, blank=True, default="")
+    data = models.JSONField(default=dict, blank=True)
+
+    class Meta:
+        ordering = ["-id"]
+
+    def __str__(self) -> str:
+        return f"{self.at:%Y-%m-%d %H:%M:%S} {self.actor} {self.kind}"
+
+    def save(self, *args, **kwargs):
+        if self.pk is not None:
+            raise PermissionError("audit events are append-only")
+        super().save(*args, **kwargs)
+
+    def delete(self, *args, **kwargs):
+        raise PermissionError("audit events are append-only")
+
+
+def run_file_path(instance: "RunFile", filename: str) -> str:
+    return f"runs/{instance.run_id}/{secrets.token_hex(8)}"
+
+
+class RunFile(models.Model):
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="files")
+    name = models.CharField(max_length=255)
+    content_type = models.CharField(max_length=200)
+    size = models.PositiveBigIntegerField()
+    sha256 = models.CharField(max_length=64)
+    file = models.FileField(upload_to=run_file_path)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    def __str__(self) -> str:
+        return f"{self.public_id} {self.name}"
+
+    @property
+    def public_id(self) -> str:
+        return f"f_{self.pk}"
+
+
+class RunState(models.Model):
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="state_entries")
+    key = models.CharField(max_length=200)
+    value = ExactJSONField()
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["run", "key"], name="run_state_key_unique")]
+
+    def __str__(self) -> str:
+        return f"r_{self.run_id} {self.key}"

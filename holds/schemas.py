@@ -1,0 +1,192 @@
+"""The wire contract in one place: pydantic models of what agents and reviewers send.
+
+`validate()` returns every wrong field by path (`items[0].confidence.amount`), the structure
+from pydantic and the rules that span fields (confidence keys of `data`, unique ids, the decision
+against its hold) from the checks below. The OpenAPI document is built from these models too.
+"""
+
+import json
+import math
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError
+
+ACTIONS = ("approve", "edit", "reject", "feedback")
+Action = Literal["approve", "edit", "reject", "feedback"]
+NonEmpty = Annotated[str, StringConstraints(min_length=1)]
+MAX_ASK_BYTES = 1024 * 1024
+MAX_STATE_BYTES = 64 * 1024
+MAX_FILE_BYTES = 25 * 1024 * 1024
+MIN_EXPIRES_IN = 60
+MAX_EXPIRES_IN = 30 * 24 * 3600
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+
+class ItemIn(Strict):
+    id: Annotated[str, StringConstraints(min_length=1, max_length=200)]
+    title: Annotated[str, StringConstraints(min_length=1, max_length=1000)]
+    data: dict[str, Any]
+    confidence: dict[str, Annotated[float, Field(ge=0, le=1)]] | None = None
+
+
+class AskIn(Strict):
+    intent: Annotated[str, StringConstraints(min_length=1, max_length=500)]
+    items: Annotated[list[ItemIn], Field(min_length=1, max_length=100)]
+    actions: Annotated[list[Action], Field(min_length=1, max_length=4)] = ["approve", "reject"]
+    details: str = ""
+    expires_in: Annotated[int, Field(ge=MIN_EXPIRES_IN, le=MAX_EXPIRES_IN)] | None = None
+    files: Annotated[list[NonEmpty], Field(max_length=20)] = []
+
+
+class DecisionItemIn(Strict):
+    id: NonEmpty
+    action: Action
+    data: dict[str, Any] | None = None
+    comment: str | None = None
+
+
+class DecisionIn(Strict):
+    items: Annotated[list[DecisionItemIn], Field(min_length=1, max_length=100)]
+    comment: str | None = None
+
+
+class RunStartIn(Strict):
+    capability: NonEmpty
+    input: dict[str, Any] = {}
+
+
+def path_of(loc: tuple) -> str:
+    out = ""
+    for part in loc:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        else:
+            out += f".{part}" if out else str(part)
+    return out or "body"
+
+
+def _pydantic_errors(model: type[BaseModel], body: Any) -> tuple[BaseModel | None, list[dict]]:
+    try:
+        return model.model_validate(body), []
+    except ValidationError as exc:
+        errors = []
+        for err in exc.errors(include_url=False):
+            # Unions add the branch's type name to the path; the caller wants the field's path.
+            loc = tuple(p for p in err["loc"] if not (isinstance(p, str) and "[" in p))
+            errors.append({"field": path_of(loc), "message": err["msg"]})
+        return None, errors
+
+
+def _dedupe(errors: list[dict]) -> list[dict]:
+    seen, out = set(), []
+    for err in errors:
+        key = (err["field"], err["message"])
+        if key not in seen:
+            seen.add(key)
+            out.append(err)
+    return out
+
+
+def validate_ask(body: Any) -> tuple[AskIn | None, list[dict]]:
+    ask, errors = _pydantic_errors(AskIn, body)
+    if not isinstance(body, dict):
+        return None, errors
+    actions = body.get("actions")
+    if isinstance(actions, list):
+        seen = set()
+        for i, action in enumerate(actions):
+            if isinstance(action, str) and action in seen:
+                errors.append({"field": f"actions[{i}]", "message": f"'{action}' is listed twice"})
+            seen.add(action if isinstance(action, str) else None)
+    items = body.get("items")
+    if isinstance(items, list):
+        ids = set()
+        for i, item in enumerate(items):
+            if not isinstance(item, dict):
+                continue
+            item_id = item.get("id")
+            if isinstance(item_id, str) and item_id:
+                if item_id in ids:
+                    errors.append({"field": f"items[{i}].id", "message": f"id '{item_id}' is used twice"})
+                ids.add(item_id)
+            data, confidence = item.get("data"), item.get("confidence")
+            if isinstance(data, dict) and isinstance(confidence, dict):
+                for key in confidence:
+                    if key not in data:
+                        errors.append(
+                            {"field": f"items[{i}].confidence.{key}", "message": "must name a top-level key of data"}
+                        )
+    errors = _dedupe(errors)
+    return (ask if not errors else None), errors
+
+
+def validate_start(body: Any) -> tuple[RunStartIn | None, list[dict]]:
+    return _pydantic_errors(RunStartIn, body)
+
+
+def blank_to_none(text: str | None) -> str | None:
+    return text if text is not None and text.strip() else None
+
+
+def validate_decision(body: Any, *, asked: dict[str, dict], actions: list[str]) -> tuple[DecisionIn | None, list]:
+    """Checks a decision against its hold: `asked` maps each item id to its data as asked."""
+    decision, errors = _pydantic_errors(DecisionIn, body)
+    if decision is None:
+        return None, errors
+    hold_comment = blank_to_none(decision.comment)
+    seen: set[str] = set()
+    for i, item in enumerate(decision.items):
+        where = f"items[{i}]"
+        if item.id not in asked:
+            errors.append({"field": f"{where}.id", "message": f"'{item.id}' is not an item of this hold"})
+            continue
+        if item.id in seen:
+            errors.append({"field": f"{where}.id", "message": f"'{item.id}' is decided twice"})
+        seen.add(item.id)
+        if item.action not in actions:
+            errors.append({"field": f"{where}.action", "message": f"'{item.action}' is not offered by this hold"})
+        if item.action == "edit":
+            if item.data is None:
+                errors.append({"field": f"{where}.data", "message": "an edit sends the full data object"})
+            elif set(item.data) != set(asked[item.id]):
+                missing = sorted(set(asked[item.id]) - set(item.data))
+                extra = sorted(set(item.data) - set(asked[item.id]))
+                errors.append(
+                    {
+                        "field": f"{where}.data",
+                        "message": f"must have exactly the asked keys (missing {missing}, unknown {extra})",
+                    }
+                )
+        elif item.data is not None:
+            errors.append({"field": f"{where}.data", "message": "data is only sent with the edit action"})
+        if item.action == "feedback" and blank_to_none(item.comment) is None and hold_comment is None:
+            errors.append(
+                {"field": f"{where}.comment", "message": "feedback needs a comment (the item's or the hold's)"}
+            )
+    for item_id in asked:
+        if item_id not in seen:
+            errors.append({"field": "items", "message": f"item '{item_id}' has no action"})
+    return (decision if not errors else None), errors
+
+
+def reject_constant(name: str):
+    raise ValueError(f"{name} is not valid JSON")
+
+
+def finite_float(text: str) -> float:
+    value = float(text)
+    if math.isinf(value):
+        raise ValueError(f"{text} does not fit a float64")
+    return value
+
+
+def parse_json(raw: bytes) -> Any:
+    """JSON as the contract means it: no NaN or Infinity; integers exact at any size."""
+    return json.loads(raw.decode("utf-8"), parse_constant=reject_constant, parse_float=finite_float)
+
+
+def canonical_json(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)

@@ -1,0 +1,799 @@
+"""THE write path. Every state change of a run, an invocation or a hold is one function here.
+
+Each function does its claim (a conditional UPDATE, or a row lock and a re-check) and everything
+that follows from it in one transaction, and writes the audit event in that same transaction.
+Outbox rows (invocations) are written with the change that causes them; they are published to
+the broker only after commit, and the relay finds any that the broker lost.
+
+State machines (SPEC "Words" and "Precise rules"):
+  run:        running -> (held <-> running)* -> completed | failed
+  hold:       pending -> decided | expired | cancelled
+  invocation: waiting -> pending -> delivering -> answered | failed | undeliverable | parked
+              (pending/waiting -> cancelled when the run finishes; delivering -> pending to retry)
+"""
+
+import hashlib
+import random
+from dataclasses import dataclass
+from datetime import timedelta
+
+import jsonschema
+from django.conf import settings
+from django.db import IntegrityError, connection, transaction
+from django.db.models import F, Q
+from django.db.models.functions import Now
+from django.utils import timezone
+
+from . import outbox
+from .auth import SYSTEM, Actor, actor_for_invocation, may_decide, run_token_hash
+from .errors import Conflict, Forbidden, Invalid, NotFound
+from .models import (
+    AuditEvent,
+    Capability,
+    DeliveryAttempt,
+    Hold,
+    HoldItem,
+    IdempotencyKey,
+    Invocation,
+    Run,
+    RunFile,
+    RunState,
+)
+from .schemas import blank_to_none, canonical_json, validate_ask, validate_decision
+
+LIVE_INVOCATION = (Invocation.Status.PENDING, Invocation.Status.DELIVERING)
+UNSENT_INVOCATION = (Invocation.Status.WAITING, Invocation.Status.PENDING, Invocation.Status.PARKED)
+
+
+# --- audit -------------------------------------------------------------------------------------
+
+
+def audit(kind: str, actor: Actor, *, run_id=None, hold_id=None, invocation_id="", **data) -> AuditEvent:
+    return AuditEvent.objects.create(
+        kind=kind,
+        actor=actor.label,
+        run_id_ref=run_id,
+        hold_id_ref=hold_id,
+        invocation_id_ref=invocation_id or "",
+        data=data,
+    )
+
+
+# --- helpers -----------------------------------------------------------------------------------
+
+
+def _schema_errors(schema: dict | None, value, root: str) -> list[dict]:
+    if not schema:
+        return []
+    validator = jsonschema.Draft202012Validator(schema)
+    errors = []
+    for err in sorted(validator.iter_errors(value), key=lambda e: list(e.absolute_path)):
+        path = root
+        for part in err.absolute_path:
+            path += f"[{part}]" if isinstance(part, int) else f".{part}"
+        errors.append({"field": path, "message": err.message})
+    return errors
+
+
+def _new_invocation(*, run: Run, kind: str, seq: int, status: str, resume=None, hold=None) -> Invocation:
+    invocation = Invocation(run=run, kind=kind, seq=seq, status=status, resume=resume, hold=hold)
+    invocation.token_hash = run_token_hash(invocation.id)
+    if status == Invocation.Status.PENDING:
+        invocation.next_attempt_at = timezone.now()
+    return invocation
+
+
+def _publish_on_commit(invocations: list[Invocation]) -> None:
+    ids = [inv.id for inv in invocations if inv.status == Invocation.Status.PENDING]
+    if ids:
+        transaction.on_commit(lambda: outbox.publish(ids))
+
+
+def hold_fingerprint(*, intent: str, actions, details: str, items: list[dict], files) -> str:
+    canonical = canonical_json(
+        {"intent": intent, "actions": actions, "details": details, "items": items, "files": files}
+    )
+    return hashlib.sha256(canonical.encode()).hexdigest()
+
+
+# --- runs --------------------------------------------------------------------------------------
+
+
+def run_start(
+    *,
+    capability_name: str,
+    input: dict,
+    actor: Actor,
+    idempotency_key: str | None = None,
+) -> tuple[Run, bool]:
+    """Starts a run and writes its start invocation (the outbox row) in one transaction.
+
+    With an idempotency key, the same caller and key return the first run (created=False), so a
+    retried request never starts a second run. A run token starts a child run of its own run.
+    """
+    capability = Capability.objects.filter(name=capability_name).first()
+    if capability is None:
+        raise Invalid([{"field": "capability", "message": f"no capability named '{capability_name}'"}])
+    if idempotency_key:
+        existing = _idempotent_run(actor, idempotency_key, capability, input)
+        if existing is not None:
+            return existing, False
+    errors = _schema_errors(capability.input_schema, input, "input")
+    if errors:
+        raise Invalid(errors)
+    try:
+        with transaction.atomic():
+            run = Run.objects.create(
+                capability=capability,
+                version=capability.version,
+                endpoint=capability.endpoint,
+                input=input,
+                seq=1,
+                parent=actor.run if actor.kind == "run" else None,
+                started_by_user=actor.user if actor.kind == "user" else None,
+                started_by_account=actor.account if actor.kind == "account" else None,
+            )
+            if idempotency_key:
+                IdempotencyKey.objects.create(caller=actor.caller_key, key=idempotency_key, run=run)
+            invocation = _new_invocation(run=run, kind="start", seq=1, status=Invocation.Status.PENDING)
+            invocation.save(force_insert=True)
+            audit("run.started", actor, run_id=run.pk, invocation_id=invocation.id, capability=capability.name)
+            _publish_on_commit([invocation])
+    except IntegrityError:
+        # Another request with the same key won the race; answer with its run.
+        existing = _idempotent_run(actor, idempotency_key, capability, input) if idempotency_key else None
+        if existing is None:
+            raise
+        return existing, False
+    return run, True
+
+
+def _idempotent_run(actor: Actor, key: str, capability: Capability, input: dict) -> Run | None:
+    row = IdempotencyKey.objects.select_related("run").filter(caller=actor.caller_key, key=key).first()
+    if row is None:
+        return None
+    if row.run.capability_id != capability.pk or canonical_json(row.run.input) != canonical_json(input):
+        raise Invalid(
+            [{"field": "Idempotency-Key", "message": "this key was used with a different capability or input"}],
+            "the Idempotency-Key was already used with another body",
+            code="idempotency_mismatch",
+        )
+    return row.run
+
+
+def run_fail(*, run_id: int, actor: Actor, reason: str) -> Run:
+    """An admin fails a run: its pending hold is cancelled and unsent invocations are cancelled."""
+    if not actor.is_admin:
+        raise Forbidden("only admins may fail a run")
+    with transaction.atomic():
+        run = Run.objects.select_for_update().filter(pk=run_id).first()
+        if run is None:
+            raise NotFound(f"run r_{run_id} does not exist")
+        if run.finished:
+            raise Conflict(f"run {run.public_id} is already {run.status}", code="finished")
+        _finish_run(run, status=Run.Status.FAILED, error=reason or "failed by an admin", actor=actor)
+    return run
+
+
+def _finish_run(run: Run, *, status: str, actor: Actor, output=None, error: str = "") -> None:
+    """Finishes a locked run: cancels its pending hold and every resume not yet sent."""
+    run.status = status
+    run.output = output
+    run.error = error
+    run.finished_at = timezone.now()
+    run.save(update_fields=["status", "output", "error", "finished_at"])
+    cancelled_holds = list(Hold.objects.filter(run=run, status=Hold.Status.PENDING).values_list("pk", flat=True))
+    Hold.objects.filter(pk__in=cancelled_holds).update(status=Hold.Status.CANCELLED, decided_at=timezone.now())
+    cancelled_invs = list(Invocation.objects.filter(run=run, status__in=UNSENT_INVOCATION).values_list("pk", flat=True))
+    Invocation.objects.filter(pk__in=cancelled_invs).update(status=Invocation.Status.CANCELLED, lease_until=None)
+    audit(
+        f"run.{status}",
+        actor,
+        run_id=run.pk,
+        error=error,
+        cancelled_holds=[f"h_{pk}" for pk in cancelled_holds],
+        cancelled_invocations=cancelled_invs,
+    )
+
+
+# --- holds -------------------------------------------------------------------------------------
+
+
+def hold_ask(*, invocation: Invocation, body) -> Hold:
+    """The agent asks a question: one pending hold for the run, written with its items.
+
+    Order of refusals is SPEC's: an open hold (409) before an invalid body (422). The partial
+    unique index on pending holds per run makes a concurrent second ask fail, not double.
+    """
+    run = invocation.run
+    open_hold = Hold.objects.filter(run=run, status=Hold.Status.PENDING).values_list("pk", flat=True).first()
+    if open_hold:
+        raise Conflict("this run already has an open hold", code="hold_open", hold_id=f"h_{open_hold}")
+    ask, errors = validate_ask(body)
+    file_ids = body.get("files") if isinstance(body, dict) and isinstance(body.get("files"), list) else []
+    errors += _file_errors(run, file_ids)
+    if errors:
+        raise Invalid(errors)
+    items = [item.model_dump(exclude_none=False) for item in ask.items]
+    for item in items:
+        item["confidence"] = item["confidence"] or {}
+    confidences = [v for item in items for v in item["confidence"].values()]
+    try:
+        with transaction.atomic():
+            hold = Hold.objects.create(
+                run=run,
+                invocation=invocation,
+                capability_id=run.capability_id,
+                intent=ask.intent,
+                actions=list(ask.actions),
+                details=ask.details,
+                files=list(ask.files),
+                expires_at=(timezone.now() + timedelta(seconds=ask.expires_in)) if ask.expires_in else None,
+                item_count=len(items),
+                min_confidence=min(confidences) if confidences else None,
+                search_text=" ".join(
+                    [ask.intent, run.public_id] + [i["id"] for i in items] + [i["title"] for i in items]
+                ).lower(),
+                fingerprint=hold_fingerprint(
+                    intent=ask.intent,
+                    actions=list(ask.actions),
+                    details=ask.details,
+                    items=items,
+                    files=list(ask.files),
+                ),
+            )
+            HoldItem.objects.bulk_create(
+                HoldItem(
+                    hold=hold,
+                    position=n,
+                    item_id=item["id"],
+                    title=item["title"],
+                    data=item["data"],
+                    confidence=item["confidence"],
+                )
+                for n, item in enumerate(items)
+            )
+            audit(
+                "hold.asked",
+                actor_for_invocation(invocation),
+                run_id=run.pk,
+                hold_id=hold.pk,
+                invocation_id=invocation.id,
+                intent=ask.intent,
+                items=len(items),
+                expires_in=ask.expires_in,
+            )
+    except IntegrityError:
+        # Only the partial unique index can fail here: a concurrent ask of the same run won.
+        open_hold = Hold.objects.filter(run=run, status=Hold.Status.PENDING).values_list("pk", flat=True).first()
+        if open_hold is None:
+            raise
+        raise Conflict("this run already has an open hold", code="hold_open", hold_id=f"h_{open_hold}") from None
+    return hold
+
+
+def _file_errors(run: Run, file_ids: list) -> list[dict]:
+    wanted = {}
+    for i, file_id in enumerate(file_ids):
+        if isinstance(file_id, str) and file_id.startswith("f_") and file_id[2:].isdigit():
+            wanted[int(file_id[2:])] = i
+        elif isinstance(file_id, str) and file_id:
+            wanted[-1 - i] = i
+    found = set(RunFile.objects.filter(run=run, pk__in=[k for k in wanted if k > 0]).values_list("pk", flat=True))
+    return [
+        {"field": f"files[{i}]", "message": f"'{file_ids[i]}' is not a file of this run"}
+        for pk, i in wanted.items()
+        if pk not in found
+    ]
+
+
+def hold_refusal(hold: Hold) -> Conflict:
+    """The 409 for a hold that can no longer be decided, with who/when as SPEC asks."""
+    if hold.status == Hold.Status.DECIDED:
+        return Conflict(
+            "this hold was already decided",
+            code="already_decided",
+            decided_by=hold.decided_by,
+            decided_at=hold.decided_at.isoformat() if hold.decided_at else None,
+        )
+    if hold.status == Hold.Status.CANCELLED:
+        return Conflict("this hold was cancelled because its run finished", code="cancelled")
+    return Conflict(
+        "this hold expired before it was decided",
+        code="expired",
+        expires_at=hold.expires_at.isoformat() if hold.expires_at else None,
+        decided_by=hold.decided_by or None,
+        decided_at=hold.decided_at.isoformat() if hold.decided_at else None,
+    )
+
+
+def _is_expired_now(hold: Hold) -> bool:
+    return Hold.objects.filter(pk=hold.pk, expires_at__lte=Now()).exists()
+
+
+def hold_decide(*, hold_id: int, actor: Actor, body, fingerprint: str | None = None) -> Hold:
+    """A person or service account decides a hold, once.
+
+    The hold moves pending -> decided in one conditional UPDATE that also tests the database's
+    now() against expires_at, in the transaction that writes the per-item decisions and the
+    resume invocation. A second, replayed or concurrent decision updates 0 rows and gets 409.
+    """
+    hold = Hold.objects.select_related("capability", "run", "invocation").filter(pk=hold_id).first()
+    if hold is None:
+        raise NotFound(f"hold h_{hold_id} does not exist")
+    if actor.kind == "run":
+        raise Forbidden("a run token may read holds but never decide them")
+    if not may_decide(actor, hold.capability, hold.run):
+        raise Forbidden(f"your role may not decide holds of {hold.capability.name}")
+    if hold.status != Hold.Status.PENDING:
+        raise hold_refusal(hold)
+    if hold.expires_at and _is_expired_now(hold):
+        raise hold_refusal(Hold(status=Hold.Status.EXPIRED, expires_at=hold.expires_at))
+    if fingerprint is not None and fingerprint != hold.fingerprint:
+        raise Conflict("this hold changed since it was shown; reload it", code="changed")
+    items = list(HoldItem.objects.filter(hold=hold).order_by("position"))
+    decision, errors = validate_decision(
+        body, asked={item.item_id: item.data for item in items}, actions=list(hold.actions)
+    )
+    if errors:
+        raise Invalid(errors)
+    comment = blank_to_none(decision.comment)
+    by_id = {d.id: d for d in decision.items}
+    now = timezone.now()
+    with transaction.atomic():
+        won = (
+            Hold.objects.filter(pk=hold.pk, status=Hold.Status.PENDING)
+            .filter(Q(expires_at__isnull=True) | Q(expires_at__gt=Now()))
+            .update(
+                status=Hold.Status.DECIDED,
+                decided_at=now,
+                decided_by=actor.label,
+                decided_by_user=actor.user if actor.kind == "user" else None,
+                decided_by_account=actor.account if actor.kind == "account" else None,
+                comment=comment,
+            )
+        )
+        if won != 1:
+            # Another decider or the sweep got there first, or the clock passed expires_at.
+            fresh = Hold.objects.get(pk=hold.pk)
+            if fresh.status == Hold.Status.PENDING:
+                fresh.status = Hold.Status.EXPIRED
+            raise hold_refusal(fresh)
+        resume_items = []
+        for item in items:
+            choice = by_id[item.item_id]
+            item.action = choice.action
+            item.decided_data = choice.data if choice.action == "edit" else None
+            own = blank_to_none(choice.comment)
+            item.comment = own if own is not None else (comment if choice.action != "approve" else None)
+            resume_items.append(
+                {
+                    "id": item.item_id,
+                    "action": item.action,
+                    "data": item.decided_data if item.action == "edit" else item.data,
+                    "comment": item.comment,
+                }
+            )
+        HoldItem.objects.bulk_update(items, ["action", "decided_data", "comment"])
+        resume = {"hold_id": hold.public_id, "resolved_by": "human", "items": resume_items, "comment": comment}
+        invocation = _create_resume(hold, resume)
+        audit(
+            "hold.decided",
+            actor,
+            run_id=hold.run_id,
+            hold_id=hold.pk,
+            invocation_id=invocation.id,
+            actions={i["id"]: i["action"] for i in resume_items},
+            comment=comment,
+        )
+    hold.status, hold.decided_at, hold.decided_by, hold.comment = Hold.Status.DECIDED, now, actor.label, comment
+    return hold
+
+
+def _create_resume(hold: Hold, resume: dict) -> Invocation:
+    """The resume outbox row; it waits while the asking invocation has not answered yet."""
+    Run.objects.filter(pk=hold.run_id).update(seq=F("seq") + 1)
+    seq = Run.objects.filter(pk=hold.run_id).values_list("seq", flat=True).get()
+    asker_live = Invocation.objects.filter(pk=hold.invocation_id, status__in=LIVE_INVOCATION).exists()
+    status = Invocation.Status.WAITING if asker_live else Invocation.Status.PENDING
+    invocation = _new_invocation(run=hold.run, kind="resume", seq=seq, status=status, resume=resume, hold=hold)
+    invocation.save(force_insert=True)
+    _publish_on_commit([invocation])
+    return invocation
+
+
+def holds_expire_due(*, limit: int | None = None) -> int:
+    """One sweep batch: due pending holds become expired, each with its resume, in one step.
+
+    Rows are claimed with FOR UPDATE SKIP LOCKED (where the database has it) and the UPDATE
+    re-checks `pending`, so two sweepers or a sweeper and a person never both win a hold.
+    """
+    limit = limit or settings.RQ_SWEEP_BATCH
+    with transaction.atomic():
+        due = Hold.objects.filter(status=Hold.Status.PENDING, expires_at__lte=Now()).order_by("expires_at")
+        if connection.features.has_select_for_update_skip_locked:
+            due = due.select_for_update(skip_locked=True, of=("self",))
+        rows = list(due.values_list("pk", "run_id", "invocation_id", "expires_at")[:limit])
+        if not rows:
+            return 0
+        ids = [row[0] for row in rows]
+        now = timezone.now()
+        Hold.objects.filter(pk__in=ids, status=Hold.Status.PENDING).update(
+            status=Hold.Status.EXPIRED, decided_at=now, decided_by="expired"
+        )
+        run_ids = [row[1] for row in rows]
+        Run.objects.filter(pk__in=run_ids).update(seq=F("seq") + 1)
+        seqs = dict(Run.objects.filter(pk__in=run_ids).values_list("pk", "seq"))
+        live = set(
+            Invocation.objects.filter(pk__in=[row[2] for row in rows], status__in=LIVE_INVOCATION).values_list(
+                "pk", flat=True
+            )
+        )
+        invocations = []
+        for hold_pk, run_id, asker_id, _ in rows:
+            status = Invocation.Status.WAITING if asker_id in live else Invocation.Status.PENDING
+            inv = Invocation(
+                run_id=run_id,
+                kind="resume",
+                seq=seqs[run_id],
+                status=status,
+                hold_id=hold_pk,
+                resume={"hold_id": f"h_{hold_pk}", "resolved_by": "expired", "items": [], "comment": None},
+            )
+            inv.token_hash = run_token_hash(inv.id)
+            inv.next_attempt_at = now if status == Invocation.Status.PENDING else None
+            invocations.append(inv)
+        Invocation.objects.bulk_create(invocations)
+        AuditEvent.objects.bulk_create(
+            AuditEvent(
+                kind="hold.expired",
+                actor=SYSTEM.label,
+                run_id_ref=run_id,
+                hold_id_ref=hold_pk,
+                invocation_id_ref=inv.id,
+                data={"expires_at": expires_at.isoformat()},
+            )
+            for (hold_pk, run_id, _, expires_at), inv in zip(rows, invocations, strict=True)
+        )
+        _publish_on_commit(invocations)
+    return len(rows)
+
+
+# --- invocations (delivery) --------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Claim:
+    invocation: Invocation
+    attempt: int
+
+
+def invocation_claim(*, invocation_id: str) -> Claim | None:
+    """A worker claims a due invocation before it sends it (None: not due, or someone else has it).
+
+    The claim is a conditional UPDATE with a lease, so a worker that dies mid-send leaves a row
+    the relay hands out again once the lease ends; the agent sees the same webhook-id again.
+    """
+    now = timezone.now()
+    with transaction.atomic():
+        invocation = (
+            Invocation.objects.select_related("run", "run__capability")
+            .filter(pk=invocation_id)
+            .filter(
+                Q(status=Invocation.Status.PENDING, next_attempt_at__lte=now)
+                | Q(status=Invocation.Status.DELIVERING, lease_until__lt=now)
+            )
+            .first()
+        )
+        if invocation is None:
+            return None
+        capability = invocation.run.capability
+        if capability.endpoint_disabled_at is not None:
+            Invocation.objects.filter(pk=invocation.pk, status=invocation.status).update(
+                status=Invocation.Status.PARKED, lease_until=None
+            )
+            return None
+        lease = now + timedelta(seconds=capability.timeout_seconds + 30)
+        won = Invocation.objects.filter(
+            pk=invocation.pk, status=invocation.status, attempts=invocation.attempts
+        ).update(
+            status=Invocation.Status.DELIVERING,
+            lease_until=lease,
+            attempts=F("attempts") + 1,
+            first_sent_at=invocation.first_sent_at or now,
+        )
+        if won != 1:
+            return None
+        if invocation.kind == Invocation.Kind.RESUME and invocation.run.status == Run.Status.HELD:
+            # A run is held from its suspended answer until its resume is first sent.
+            Run.objects.filter(pk=invocation.run_id, status=Run.Status.HELD).update(status=Run.Status.RUNNING)
+        invocation.refresh_from_db()
+        return Claim(invocation=invocation, attempt=invocation.attempts)
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What one delivery attempt came to; `delivery.py` classifies the HTTP result into this."""
+
+    kind: str  # "answer" | "retry" | "fatal" | "gone"
+    answer: dict | None = None
+    status_code: int | None = None
+    error: str = ""
+    retry_after: float | None = None
+    latency_ms: int = 0
+    started_at: object = None
+
+
+def invocation_record(*, invocation_id: str, attempt: int, outcome: Outcome) -> str:
+    """Records one attempt and moves the invocation (and its run and hold) on. Returns the result.
+
+    Only the worker holding the claim for this attempt may record it; a stale worker (whose lease
+    ran out and whose row was handed to another) records nothing.
+    """
+    with transaction.atomic():
+        invocation = (
+            Invocation.objects.select_for_update()
+            .filter(pk=invocation_id, status=Invocation.Status.DELIVERING, attempts=attempt)
+            .first()
+        )
+        if invocation is None:
+            return "stale"
+        run = Run.objects.select_for_update().select_related("capability").get(pk=invocation.run_id)
+        result = _apply_outcome(invocation, run, outcome)
+        DeliveryAttempt.objects.create(
+            invocation=invocation,
+            number=attempt,
+            started_at=outcome.started_at or timezone.now(),
+            latency_ms=outcome.latency_ms,
+            status_code=outcome.status_code,
+            outcome=result,
+            error=(outcome.error or "")[:500],
+        )
+        audit(
+            "invocation.attempt",
+            SYSTEM,
+            run_id=run.pk,
+            invocation_id=invocation.id,
+            attempt=attempt,
+            status_code=outcome.status_code,
+            result=result,
+            error=(outcome.error or "")[:200],
+        )
+    return result
+
+
+def _apply_outcome(invocation: Invocation, run: Run, outcome: Outcome) -> str:
+    asked = Hold.objects.filter(invocation=invocation).order_by("-pk").first()
+    if outcome.kind == "answer":
+        return _apply_answer(invocation, run, outcome.answer, asked)
+    if outcome.kind == "gone":
+        Capability.objects.filter(pk=run.capability_id).update(endpoint_disabled_at=timezone.now())
+        _set_invocation(invocation, Invocation.Status.PARKED, error=outcome.error)
+        audit(
+            "capability.endpoint_disabled",
+            SYSTEM,
+            run_id=run.pk,
+            invocation_id=invocation.id,
+            capability=run.capability.name,
+            reason="the agent answered 410 Gone",
+        )
+        return "parked"
+    if outcome.kind == "fatal":
+        _set_invocation(invocation, Invocation.Status.FAILED, error=outcome.error)
+        _finish_run(run, status=Run.Status.FAILED, actor=SYSTEM, error=outcome.error)
+        return "failed"
+    # A failed attempt. After an ask it counts as the suspended answer on that hold: retrying
+    # would re-run an agent that already put its question to a person.
+    if asked is not None:
+        return _apply_answer(
+            invocation, run, {"status": "suspended", "hold_id": asked.public_id}, asked, note=outcome.error
+        )
+    schedule = settings.RQ_RETRY_SCHEDULE
+    if invocation.attempts >= len(schedule):
+        _set_invocation(invocation, Invocation.Status.UNDELIVERABLE, error=outcome.error)
+        return "undeliverable"
+    delay = schedule[invocation.attempts] * random.uniform(0.8, 1.2)
+    if outcome.retry_after is not None:
+        delay = max(delay, outcome.retry_after)
+    invocation.next_attempt_at = timezone.now() + timedelta(seconds=delay)
+    _set_invocation(invocation, Invocation.Status.PENDING, error=outcome.error)
+    return "retry"
+
+
+def _set_invocation(invocation: Invocation, status: str, *, error: str = "", answer=None) -> None:
+    invocation.status = status
+    invocation.lease_until = None
+    invocation.last_error = (error or "")[:2000]
+    if answer is not None:
+        invocation.answer = answer
+        invocation.answered_at = timezone.now()
+    invocation.save(update_fields=["status", "lease_until", "last_error", "answer", "answered_at", "next_attempt_at"])
+
+
+def _apply_answer(invocation: Invocation, run: Run, answer: dict, asked: Hold | None, note: str = "") -> str:
+    status = answer["status"]
+    if status == "completed":
+        errors = _schema_errors(run.capability.output_schema, answer.get("output"), "output")
+        _set_invocation(invocation, Invocation.Status.ANSWERED, answer=answer)
+        if errors:
+            reason = "the agent's output does not match the output schema: " + "; ".join(
+                f"{e['field']}: {e['message']}" for e in errors
+            )
+            _finish_run(run, status=Run.Status.FAILED, actor=SYSTEM, error=reason)
+            return "failed"
+        _finish_run(run, status=Run.Status.COMPLETED, actor=SYSTEM, output=answer.get("output"))
+        return "answered"
+    if status == "failed":
+        _set_invocation(invocation, Invocation.Status.ANSWERED, answer=answer)
+        _finish_run(run, status=Run.Status.FAILED, actor=SYSTEM, error=str(answer.get("error") or "failed"))
+        return "answered"
+    # suspended: it must name the hold that this invocation asked, whatever its status now.
+    hold_id = answer.get("hold_id")
+    if asked is None or hold_id != asked.public_id:
+        _set_invocation(invocation, Invocation.Status.ANSWERED, answer=answer)
+        reason = f"the agent answered suspended on {hold_id!r}, but this invocation asked " + (
+            f"{asked.public_id}" if asked else "no hold"
+        )
+        _finish_run(run, status=Run.Status.FAILED, actor=SYSTEM, error=reason)
+        return "failed"
+    _set_invocation(invocation, Invocation.Status.ANSWERED, answer=answer, error=note)
+    run.status = Run.Status.HELD
+    run.save(update_fields=["status"])
+    # A decision (or expiry) that came while the agent was still answering was waiting for this.
+    released = list(
+        Invocation.objects.filter(run=run, hold=asked, status=Invocation.Status.WAITING).values_list("pk", flat=True)
+    )
+    if released:
+        Invocation.objects.filter(pk__in=released).update(
+            status=Invocation.Status.PENDING, next_attempt_at=timezone.now()
+        )
+        transaction.on_commit(lambda: outbox.publish(released))
+    audit("run.held", SYSTEM, run_id=run.pk, hold_id=asked.pk, invocation_id=invocation.id, note=note)
+    return "answered"
+
+
+def invocation_retry(*, invocation_id: str, actor: Actor) -> Invocation:
+    """An admin sends an undeliverable invocation again, with a fresh schedule."""
+    if not actor.is_admin:
+        raise Forbidden("only admins may retry a delivery")
+    with transaction.atomic():
+        won = Invocation.objects.filter(pk=invocation_id, status=Invocation.Status.UNDELIVERABLE).update(
+            status=Invocation.Status.PENDING, attempts=0, next_attempt_at=timezone.now()
+        )
+        invocation = Invocation.objects.filter(pk=invocation_id).first()
+        if invocation is None:
+            raise NotFound(f"invocation {invocation_id} does not exist")
+        if won != 1:
+            raise Conflict(
+                f"invocation {invocation_id} is {invocation.status}, not undeliverable", code="not_undeliverable"
+            )
+        audit("invocation.retried", actor, run_id=invocation.run_id, invocation_id=invocation.id)
+        _publish_on_commit([invocation])
+    return invocation
+
+
+def capability_enable(*, capability_id: int, actor: Actor) -> Capability:
+    """An admin enables an endpoint that answered 410: parked invocations are due again."""
+    if not actor.is_admin:
+        raise Forbidden("only admins may enable an endpoint")
+    with transaction.atomic():
+        capability = Capability.objects.select_for_update().filter(pk=capability_id).first()
+        if capability is None:
+            raise NotFound("no such capability")
+        capability.endpoint_disabled_at = None
+        capability.save(update_fields=["endpoint_disabled_at", "updated_at"])
+        parked = list(
+            Invocation.objects.filter(run__capability=capability, status=Invocation.Status.PARKED).values_list(
+                "pk", flat=True
+            )
+        )
+        Invocation.objects.filter(pk__in=parked).update(
+            status=Invocation.Status.PENDING, attempts=0, next_attempt_at=timezone.now()
+        )
+        audit("capability.endpoint_enabled", actor, capability=capability.name, released=len(parked))
+        transaction.on_commit(lambda: outbox.publish(parked))
+    return capability
+
+
+def invocations_due(*, limit: int = 500) -> list[str]:
+    """The relay's query: outbox rows due now, and claims whose lease ran out (a dead worker)."""
+    now = timezone.now()
+    due = Invocation.objects.filter(
+        Q(status=Invocation.Status.PENDING, next_attempt_at__lte=now)
+        | Q(status=Invocation.Status.DELIVERING, lease_until__lt=now)
+    ).order_by("next_attempt_at")
+    return list(due.values_list("pk", flat=True)[:limit])
+
+
+# --- run state and files -----------------------------------------------------------------------
+
+
+def run_state_put(*, run: Run, key: str, value, actor: Actor) -> None:
+    RunState.objects.update_or_create(run=run, key=key, defaults={"value": value})
+
+
+def run_state_delete(*, run: Run, key: str, actor: Actor) -> bool:
+    deleted, _ = RunState.objects.filter(run=run, key=key).delete()
+    return deleted > 0
+
+
+def run_file_add(*, run: Run, name: str, content_type: str, content, size: int, sha256: str, actor: Actor) -> RunFile:
+    with transaction.atomic():
+        run_file = RunFile(run=run, name=name, content_type=content_type, size=size, sha256=sha256)
+        run_file.file.save(name, content, save=False)
+        run_file.save()
+        audit("file.uploaded", actor, run_id=run.pk, file=run_file.public_id, name=name, size=size, sha256=sha256)
+    return run_file
+
+
+# --- capabilities, people and service accounts ------------------------------------------------
+
+DEFAULTS = {
+    "version": "1",
+    "timeout_seconds": 30.0,
+    "input_schema": None,
+    "output_schema": None,
+    "approvers": ["admin", "member"],
+    "self_approval": True,
+    "notify": {},
+}
+
+
+def capabilities_sync(*, specs, actor: Actor) -> list[tuple[str, bool, str | None]]:
+    """Writes capabilities read from agentos.yaml, all or nothing. Safe to run twice.
+
+    Keys the file sets overwrite what admins changed; keys it leaves out fall back to defaults.
+    A secret is generated once, when the file has none and the capability is new.
+    Returns (name, created, generated secret or None) per capability.
+    """
+    from .config import new_secret
+
+    results = []
+    with transaction.atomic():
+        for spec in specs:
+            values = {**DEFAULTS, **spec.values}
+            capability = Capability.objects.select_for_update().filter(name=spec.name).first()
+            created = capability is None
+            generated = None
+            if created:
+                capability = Capability(name=spec.name)
+                if "secret" not in spec.values:
+                    generated = values["secret"] = new_secret()
+            before = {key: getattr(capability, key) for key in values} if not created else {}
+            for key, value in values.items():
+                setattr(capability, key, value)
+            capability.from_file = sorted(spec.values)
+            capability.save()
+            changed = sorted(k for k in values if k != "secret" and before.get(k) != values[k]) if before else []
+            if created or changed:
+                audit("capability.synced", actor, capability=spec.name, created=created, changed=changed)
+            results.append((spec.name, created, generated))
+    return results
+
+
+def person_add(*, username: str, role: str, password: str | None, actor: Actor, email: str = ""):
+    from django.contrib.auth import get_user_model
+
+    from .models import Membership
+
+    user_model = get_user_model()
+    with transaction.atomic():
+        user, created = user_model.objects.get_or_create(username=username, defaults={"email": email})
+        if password:
+            user.set_password(password)
+        user.is_staff = role == "admin"
+        user.save()
+        Membership.objects.update_or_create(user=user, defaults={"role": role})
+        audit("person.added" if created else "person.changed", actor, username=username, role=role)
+    return user
+
+
+def service_account_create(*, name: str, role: str, actor: Actor):
+    from .auth import new_service_key
+    from .models import ServiceAccount
+
+    key, key_hash, prefix = new_service_key()
+    with transaction.atomic():
+        account = ServiceAccount.objects.create(name=name, role=role, key_hash=key_hash, key_prefix=prefix)
+        audit("service_account.created", actor, name=name, role=role)
+    return account, key

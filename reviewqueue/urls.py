@@ -1,0 +1,23 @@
+from django.contrib import admin
+from django.urls import include, path
+
+from holds import api
+
+v0 = [
+    path("holds", api.holds, name="api-holds"),
+    path("holds/<str:hold_id>", api.hold_detail, name="api-hold"),
+    path("holds/<str:hold_id>/decision", api.hold_decision, name="api-hold-decision"),
+    path("runs", api.runs, name="api-runs"),
+    path("runs/<str:run_id>", api.run_detail, name="api-run"),
+    path("runs/<str:run_id>/fail", api.run_fail, name="api-run-fail"),
+    path("runs/<str:run_id>/state/<path:key>", api.run_state, name="api-run-state"),
+    path("files", api.files, name="api-files"),
+    path("files/<str:file_id>", api.file_download, name="api-file"),
+    path("invocations/<str:invocation_id>/retry", api.invocation_retry, name="api-invocation-retry"),
+]
+
+urlpatterns = [
+    path("v0/", include(v0)),
+    path("admin/", admin.site.urls),
+    path("", include("holds.urls")),
+]
