@@ -139,7 +139,7 @@ else:
 
 # Celery: Redis when REDIS_URL is set, else the filesystem transport under var/ (a real
 # broker between real processes, not eager mode).
-CELERY_BROKER_URL = REDIS_URL or "filesystem://"
+CELERY_BROKER_URL = env_str("CELERY_BROKER_URL", REDIS_URL or "filesystem://")
 CELERY_BROKER_TRANSPORT_OPTIONS = (
     {"visibility_timeout": 3600}
     if REDIS_URL
