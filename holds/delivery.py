@@ -108,6 +108,33 @@ def parse_answer(content: bytes) -> tuple[dict | None, str]:
     return None, "expected status completed+output, failed+error or suspended+hold_id"
 
 
+MAX_ANSWER_BYTES = 1024 * 1024
+
+
+def post_within(client: httpx.Client | None, url: str, body: bytes, headers: dict, seconds: float) -> httpx.Response:
+    """POST and read the answer within `seconds` in all: httpx's timeouts are per read, so an
+    agent that drips bytes could otherwise hold a worker forever."""
+    deadline = time.monotonic() + seconds
+    own = client is None
+    client = client or httpx.Client()
+    try:
+        with client.stream("POST", url, content=body, headers=headers, timeout=seconds) as response:
+            chunks, size = [], 0
+            for chunk in response.iter_bytes():
+                chunks.append(chunk)
+                size += len(chunk)
+                if time.monotonic() > deadline:
+                    raise httpx.ReadTimeout("the answer took too long", request=response.request)
+                if size > MAX_ANSWER_BYTES:
+                    raise httpx.RemoteProtocolError("the answer is over 1 MiB", request=response.request)
+            return httpx.Response(
+                response.status_code, headers=response.headers, content=b"".join(chunks), request=response.request
+            )
+    finally:
+        if own:
+            client.close()
+
+
 def deliver(invocation_id: str, *, client: httpx.Client | None = None) -> str:
     """One delivery attempt of one invocation. Safe to call twice: only the claim holder sends."""
     claim = services.invocation_claim(invocation_id=invocation_id)
@@ -129,11 +156,7 @@ def deliver(invocation_id: str, *, client: httpx.Client | None = None) -> str:
     start = time.monotonic()
     response, error = None, ""
     try:
-        if client is None:
-            with httpx.Client() as own:
-                response = own.post(url, content=body, headers=headers, timeout=capability.timeout_seconds)
-        else:
-            response = client.post(url, content=body, headers=headers, timeout=capability.timeout_seconds)
+        response = post_within(client, url, body, headers, capability.timeout_seconds)
     except httpx.TimeoutException:
         error = f"no answer within {capability.timeout_seconds:g}s"
     except httpx.HTTPError as exc:

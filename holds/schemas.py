@@ -15,7 +15,8 @@ ACTIONS = ("approve", "edit", "reject", "feedback")
 Action = Literal["approve", "edit", "reject", "feedback"]
 NonEmpty = Annotated[str, StringConstraints(min_length=1)]
 MAX_ASK_BYTES = 1024 * 1024
-MAX_STATE_BYTES = 64 * 1024
+# SPEC "Shapes" (1 MiB) wins over issue 3 (64 KiB): an OpenAI RunState JSON is often larger.
+MAX_STATE_BYTES = 1024 * 1024
 MAX_FILE_BYTES = 25 * 1024 * 1024
 MIN_EXPIRES_IN = 60
 MAX_EXPIRES_IN = 30 * 24 * 3600

@@ -7,4 +7,9 @@ urlpatterns = [
     path("login/", auth_views.LoginView.as_view(template_name="holds/login.html"), name="login"),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("", views.queue, name="queue"),
+    path("history", views.history, name="history"),
+    path("holds/<str:hold_id>", views.hold_page, name="hold"),
+    path("holds/<str:hold_id>/review", views.hold_review, name="hold-review"),
+    path("holds/<str:hold_id>/decision", views.hold_decision, name="hold-decision"),
+    path("files/<str:file_id>", views.file_download, name="file"),
 ]

@@ -1,12 +1,327 @@
-"""Reviewer pages (HTMX). Thin: parse -> service -> render."""
+"""Reviewer pages (HTMX). Thin: parse -> service -> render.
 
+Each page view serves the full page, or its fragment when HTMX asks (`template + "#fragment"`).
+Every page works without JavaScript: links keep their href and forms their action. No view
+changes a status: deciding is services.hold_decide, whose errors map to pages with their codes.
+"""
+
+from dataclasses import dataclass
+
+from django.contrib import messages
 from django.contrib.auth.decorators import login_required
-from django.shortcuts import render
+from django.core.exceptions import PermissionDenied
+from django.http import Http404
+from django.shortcuts import redirect, render
+from django.urls import reverse
+from django.utils import timezone
+from django.utils.http import urlencode
+from django.views.decorators.http import require_GET, require_POST
+from django_htmx.http import reswap, retarget
 
-from .models import Hold
+from . import queries, rendering, services
+from .api import serve_file
+from .auth import Actor, actor_for_user, may_decide, may_view
+from .errors import Conflict, Forbidden, Invalid, NotFound
+from .forms import ACTION_LABELS, DecisionForm, ItemForm, parse_confirmed
+from .models import Capability, Hold, HoldItem, RunFile
+from .serializers import parse_public_id
+
+# --- queue --------------------------------------------------------------------------------------
 
 
+@require_GET
 @login_required
 def queue(request):
-    holds = Hold.objects.filter(status=Hold.Status.PENDING).select_related("capability").order_by("-pk")[:50]
-    return render(request, "holds/queue.html", {"holds": holds})
+    actor = actor_for_user(request.user)
+    capabilities = list(Capability.objects.order_by("name"))
+    by_name = {c.name: c for c in capabilities}
+    capability = by_name.get(request.GET.get("capability", ""))
+    search = request.GET.get("q", "").strip()[:200]
+    show_all = request.GET.get("all") == "1"
+    cursor = request.GET.get("after", "")
+    page = queries.queue_page(
+        actor, capabilities, show_all=show_all, capability=capability, search=search, cursor=cursor
+    )
+    # The highest hold id when the page was first shown; refreshes count what came after it.
+    seen = _int(request.GET.get("seen"))
+    if seen is None:
+        seen = queries.latest_hold_id()
+        new_ids = []
+    else:
+        new_ids = queries.queue_new_ids(
+            actor, capabilities, show_all=show_all, capability=capability, search=search, seen=seen
+        )
+    filters = {"capability": capability.name if capability else "", "q": search, "all": "1" if show_all else ""}
+    filters = {k: v for k, v in filters.items() if v}
+    context = {
+        "page": page,
+        "capabilities": capabilities,
+        "capability": capability,
+        "search": search,
+        "show_all": show_all,
+        "decides_any": bool(queries.decidable_capability_ids(actor, capabilities)),
+        "role": actor.role,
+        "new_count": len(new_ids),
+        "new_more": len(new_ids) > queries.NEW_CAP,
+        "new_ids": set(new_ids),
+        "refresh_url": reverse("queue") + "?" + urlencode({**filters, "after": page.cursor, "seen": seen}),
+        "next_url": reverse("queue") + "?" + urlencode({**filters, "after": page.next_cursor})
+        if page.next_cursor
+        else "",
+        "first_url": reverse("queue") + ("?" + urlencode(filters) if filters else ""),
+        "all_url": reverse("queue") + "?" + urlencode({**filters, "all": "1"}),
+        "mine_url": reverse("queue") + "?" + urlencode({k: v for k, v in filters.items() if k != "all"}),
+        "filtered": bool(capability or search),
+    }
+    template = "holds/queue.html" + ("#queue-rows" if request.htmx else "")
+    return render(request, template, context)
+
+
+def _int(text) -> int | None:
+    return int(text) if isinstance(text, str) and text.isdigit() and len(text) < 19 else None
+
+
+# --- one hold -----------------------------------------------------------------------------------
+
+
+@dataclass
+class ItemView:
+    """One item as the page shows it: its table, flags, form state and, once decided, its outcome."""
+
+    item: HoldItem
+    form: ItemForm
+    rows: list
+    title_flags: list[str]
+    id_flags: list[str]
+    rank: int
+
+    @property
+    def flags(self) -> list[str]:
+        seen = []
+        for flag in self.title_flags + self.id_flags + [f for r in self.rows for f in r.key_flags + r.shown.flags]:
+            if flag not in seen:
+                seen.append(flag)
+        return seen
+
+    @property
+    def low_confidence(self) -> str:
+        levels = {r.level for r in self.rows}
+        return "red" if "red" in levels else "amber" if "amber" in levels else ""
+
+    @property
+    def decided_changes(self) -> list[tuple[str, object, object]]:
+        if self.item.action != "edit" or not isinstance(self.item.decided_data, dict):
+            return []
+        return [
+            (key, old, self.item.decided_data.get(key))
+            for key, old in self.item.data.items()
+            if rendering.json_text(old) != rendering.json_text(self.item.decided_data.get(key))
+        ]
+
+
+def _load(hold_id: str) -> Hold:
+    pk = parse_public_id(hold_id, "h")
+    hold = queries.hold_for_page(pk) if pk else None
+    if hold is None:
+        raise Http404(f"hold {hold_id} does not exist")
+    return hold
+
+
+def _viewer(request) -> Actor:
+    actor = actor_for_user(request.user)
+    if not may_view(actor):
+        raise PermissionDenied("your account has no role")
+    return actor
+
+
+def _is_open(hold: Hold) -> bool:
+    return hold.status == Hold.Status.PENDING and (hold.expires_at is None or hold.expires_at > timezone.now())
+
+
+def _item_views(form: DecisionForm) -> list[ItemView]:
+    views = []
+    for item_form in form.items:
+        item = item_form.item
+        rows = rendering.field_rows(item.data or {}, item.confidence)
+        title_flags, id_flags = rendering.text_flags(item.title), rendering.text_flags(item.item_id)
+        views.append(
+            ItemView(
+                item=item,
+                form=item_form,
+                rows=rows,
+                title_flags=title_flags,
+                id_flags=id_flags,
+                rank=rendering.item_rank(rows, title_flags, id_flags),
+            )
+        )
+    # Flagged and low-confidence items first; asked order within each group.
+    return sorted(views, key=lambda v: (v.rank, v.item.position))
+
+
+def _hold_context(request, hold: Hold, actor: Actor, form: DecisionForm | None = None) -> dict:
+    items = queries.hold_items(hold)
+    form = form or DecisionForm(hold, items)
+    open_ = _is_open(hold)
+    decider = may_decide(actor, hold.capability, hold.run)
+    return {
+        "hold": hold,
+        "run": hold.run,
+        "form": form,
+        "items": _item_views(form),
+        "files": queries.hold_files(hold),
+        "resume": None if hold.status == Hold.Status.PENDING else queries.hold_resume(hold),
+        "details_html": rendering.render_markdown(hold.details),
+        "details_flags": rendering.text_flags(hold.details or ""),
+        "intent_flags": rendering.text_flags(hold.intent),
+        "is_open": open_,
+        "may_decide": decider,
+        "can_decide": decider and open_,
+        "overdue": hold.status == Hold.Status.PENDING and not open_,
+        "actions": [(a, ACTION_LABELS[a]) for a in form.actions],
+        "role": actor.role,
+    }
+
+
+@require_GET
+@login_required
+def hold_page(request, hold_id: str):
+    actor = _viewer(request)
+    hold = _load(hold_id)
+    context = _hold_context(request, hold, actor)
+    template = "holds/hold.html"
+    if request.htmx and request.htmx.target == "delivery":
+        template += "#delivery"
+    return render(request, template, context)
+
+
+@require_POST
+@login_required
+def hold_review(request, hold_id: str):
+    """The last look: what will be sent, before it is sent. Nothing is written here."""
+    actor = _viewer(request)
+    hold = _load(hold_id)
+    refusal = _refusal(hold, actor, request.POST.get("fingerprint"))
+    if refusal is not None:
+        return _refused(request, hold, refusal)
+    form = DecisionForm(hold, queries.hold_items(hold), data=request.POST)
+    if not form.is_valid():
+        context = _hold_context(request, hold, actor, form)
+        if request.htmx:
+            response = render(request, "holds/hold.html#decision-form", context, status=422)
+            return reswap(retarget(response, "#decision-form"), "outerHTML")
+        return render(request, "holds/hold.html", context, status=422)
+    context = {
+        "hold": hold,
+        "form": form,
+        "items": _item_views(form),
+        "copied_to": sum(1 for f in form.items if f.action in ("edit", "reject", "feedback")),
+    }
+    template = "holds/review.html" + ("#last-look" if request.htmx else "")
+    return render(request, template, context)
+
+
+def _refusal(hold: Hold, actor: Actor, fingerprint: str | None):
+    """What services.hold_decide would refuse with, checked before the last look is shown."""
+    if not may_decide(actor, hold.capability, hold.run):
+        return Forbidden(f"Your role ({actor.role}) may not decide holds of {hold.capability.name}.")
+    if hold.status != Hold.Status.PENDING:
+        return services.hold_refusal(hold)
+    if not _is_open(hold):
+        return services.hold_refusal(Hold(status=Hold.Status.EXPIRED, expires_at=hold.expires_at))
+    if fingerprint != hold.fingerprint:
+        return Conflict("this hold changed since it was shown; reload it", code="changed")
+    return None
+
+
+@require_POST
+@login_required
+def hold_decision(request, hold_id: str):
+    """Confirm: the one write, through the service, which decides a hold at most once."""
+    actor = actor_for_user(request.user)
+    hold = _load(hold_id)
+    body = parse_confirmed(request.POST.get("decision", ""))
+    if body is None:
+        return _refused(request, hold, Invalid([{"field": "decision", "message": "the decision is not valid JSON"}]))
+    try:
+        services.hold_decide(hold_id=hold.pk, actor=actor, body=body, fingerprint=request.POST.get("fingerprint", ""))
+    except (Conflict, Forbidden, Invalid, NotFound) as exc:
+        return _refused(request, queries.hold_for_page(hold.pk) or hold, exc)
+    messages.success(request, "Decision recorded. The agent will be resumed with it.")
+    return redirect("hold", hold_id=hold.public_id)
+
+
+REFUSAL_TITLES = {
+    "already_decided": "Already decided",
+    "expired": "This hold expired",
+    "cancelled": "This hold was cancelled",
+    "changed": "This hold changed",
+    "forbidden": "You may not decide this hold",
+    "invalid": "The decision is not valid",
+    "not_found": "Not found",
+}
+
+
+def _refused(request, hold: Hold, exc) -> object:
+    hold.refresh_from_db()
+    context = {
+        "hold": hold,
+        "code": exc.code,
+        "title": REFUSAL_TITLES.get(exc.code, "Refused"),
+        "message": exc.message,
+        "extra": exc.extra,
+        "errors": getattr(exc, "errors", []),
+        "by_you": bool(hold.decided_by) and hold.decided_by == request.user.get_username(),
+    }
+    template = "holds/refused.html" + ("#refusal" if request.htmx else "")
+    return render(request, template, context, status=exc.status)
+
+
+# --- history ------------------------------------------------------------------------------------
+
+
+@require_GET
+@login_required
+def history(request):
+    _viewer(request)
+    capabilities = list(Capability.objects.order_by("name"))
+    capability = {c.name: c for c in capabilities}.get(request.GET.get("capability", ""))
+    status = request.GET.get("status", "")
+    status = status if status in queries.HISTORY_STATUSES else ""
+    search = request.GET.get("q", "").strip()[:200]
+    page = queries.history_page(
+        capability=capability, status=status, search=search, cursor=request.GET.get("after", "")
+    )
+    filters = {
+        k: v
+        for k, v in {"capability": capability.name if capability else "", "status": status, "q": search}.items()
+        if v
+    }
+    context = {
+        "page": page,
+        "capabilities": capabilities,
+        "capability": capability,
+        "status": status,
+        "search": search,
+        "statuses": queries.HISTORY_STATUSES,
+        "next_url": reverse("history") + "?" + urlencode({**filters, "after": page.next_cursor})
+        if page.next_cursor
+        else "",
+        "first_url": reverse("history") + ("?" + urlencode(filters) if filters else ""),
+        "filtered": bool(filters),
+    }
+    template = "holds/history.html" + ("#history-rows" if request.htmx else "")
+    return render(request, template, context)
+
+
+# --- files --------------------------------------------------------------------------------------
+
+
+@require_GET
+@login_required
+def file_download(request, file_id: str):
+    _viewer(request)
+    pk = parse_public_id(file_id, "f")
+    run_file = RunFile.objects.filter(pk=pk).first() if pk else None
+    if run_file is None:
+        raise Http404(f"file {file_id} does not exist")
+    return serve_file(run_file)

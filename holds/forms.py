@@ -1,0 +1,233 @@
+"""The decision form: radio per item, typed edit inputs, one comment -> a decision body.
+
+Field names are positional (`item-3-action`, `item-3-f-0`) so that no agent-written key ever
+becomes an HTML name or id. Each edit input is parsed back to the JSON type the field was asked
+with: a reviewer cannot turn the number 120 into the string "120" by editing it. The rules that
+span fields (feedback needs a comment, only the hold's actions...) are schemas.validate_decision,
+the same function the write path runs, so the form and the API cannot disagree.
+"""
+
+import json
+import re
+from dataclasses import dataclass, field
+
+from .models import Hold, HoldItem
+from .schemas import blank_to_none, canonical_json, finite_float, parse_json, validate_decision
+
+ACTION_LABELS = {"approve": "Approve", "edit": "Edit", "reject": "Reject", "feedback": "Feedback"}
+LONG_STRING = 80
+# A JSON number: what a decimal field accepts (no NaN, no Infinity, no "1_000").
+JSON_NUMBER = re.compile(r"-?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?")
+
+
+def input_kind(value) -> str:
+    """Which input edits a value of this JSON type."""
+    if isinstance(value, bool):
+        return "checkbox"
+    if isinstance(value, int):
+        return "integer"
+    if isinstance(value, float):
+        return "number"
+    if isinstance(value, str):
+        return "textarea" if len(value) > LONG_STRING or "\n" in value or "\r" in value else "text"
+    if value is None:
+        return "null"
+    return "json"
+
+
+def input_text(value) -> str:
+    """The initial text of an edit input."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, bool) or value is None:
+        return ""
+    if isinstance(value, int | float):
+        return json.dumps(value)
+    return json.dumps(value, ensure_ascii=False, indent=2)
+
+
+@dataclass
+class EditField:
+    index: int
+    key: str
+    original: object
+    kind: str
+    name: str
+    text: str  # what the input holds now (the original, or what was posted)
+    checked: bool = False  # checkbox: true; null: "keep null"
+    error: str = ""
+
+
+@dataclass
+class ItemForm:
+    item: HoldItem
+    prefix: str
+    action: str = ""
+    fields: list[EditField] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+    new_data: dict | None = None
+
+    @property
+    def changes(self) -> list[tuple[str, object, object]]:
+        if self.action != "edit" or self.new_data is None:
+            return []
+        return [
+            (key, old, self.new_data[key])
+            for key, old in self.item.data.items()
+            if canonical_json(old) != canonical_json(self.new_data[key])
+        ]
+
+
+class DecisionForm:
+    """Bound to request.POST (or unbound for a fresh page); `body` is the decision once valid."""
+
+    def __init__(self, hold: Hold, items: list[HoldItem], data=None):
+        self.hold = hold
+        self.actions = [a for a in ACTION_LABELS if a in (hold.actions or [])]
+        self.data = data
+        self.bound = data is not None
+        self.comment = (data.get("comment", "") if data is not None else "") or ""
+        self.comment_error = ""
+        self.errors: list[str] = []
+        self.items: list[ItemForm] = []
+        approve_all = self.bound and data.get("approve_all") is not None
+        for item in items:
+            prefix = f"item-{item.position}"
+            form = ItemForm(item=item, prefix=prefix)
+            if self.bound:
+                form.action = (
+                    "approve" if approve_all and "approve" in self.actions else data.get(f"{prefix}-action", "")
+                )
+            for n, (key, value) in enumerate((item.data or {}).items()):
+                kind = input_kind(value)
+                name = f"{prefix}-f-{n}"
+                ef = EditField(index=n, key=key, original=value, kind=kind, name=name, text=input_text(value))
+                ef.checked = value is True if kind == "checkbox" else kind == "null"
+                if self.bound:
+                    ef.text = data.get(name, "")
+                    if kind in ("textarea", "json") and "\r" not in (value if isinstance(value, str) else ""):
+                        # Browsers send textarea line breaks as CRLF; the agent's text had LF.
+                        ef.text = ef.text.replace("\r\n", "\n")
+                    if kind == "checkbox":
+                        ef.checked = data.get(name) == "true"
+                    if kind == "null":
+                        ef.checked = data.get(f"{name}-null") == "null"
+                form.fields.append(ef)
+            self.items.append(form)
+        self.body: dict | None = None
+
+    def is_valid(self) -> bool:
+        if not self.bound:
+            return False
+        for form in self.items:
+            if not form.action:
+                form.errors.append("Choose an action for this item.")
+            elif form.action not in self.actions:
+                form.errors.append("This hold does not offer that action.")
+            if form.action == "edit":
+                form.new_data = self._parse_edit(form)
+        body = {
+            "items": [self._item_body(form) for form in self.items],
+            "comment": blank_to_none(self.comment),
+        }
+        if not any(f.errors or any(e.error for e in f.fields) for f in self.items):
+            _, problems = validate_decision(
+                body, asked={f.item.item_id: f.item.data for f in self.items}, actions=self.actions
+            )
+            self._place(problems)
+        invalid = bool(self.errors or self.comment_error) or any(
+            f.errors or any(e.error for e in f.fields) for f in self.items
+        )
+        if not invalid:
+            self.body = body
+        return not invalid
+
+    def _item_body(self, form: ItemForm) -> dict:
+        out = {"id": form.item.item_id, "action": form.action or "approve"}
+        if form.action == "edit":
+            out["data"] = form.new_data if form.new_data is not None else form.item.data
+        return out
+
+    def _parse_edit(self, form: ItemForm) -> dict | None:
+        new = {}
+        for ef in form.fields:
+            try:
+                new[ef.key] = parse_typed(ef)
+            except ValueError as exc:
+                ef.error = str(exc)
+        return None if any(ef.error for ef in form.fields) else new
+
+    def _place(self, problems: list[dict]) -> None:
+        """Puts each validation problem next to what it is about."""
+        for problem in problems:
+            where, message = problem["field"], problem["message"]
+            if where.startswith("items[") and "]" in where:
+                index = int(where[6 : where.index("]")])
+                form = self.items[index]
+                if where.endswith(".comment"):
+                    form.errors.append("Feedback needs a comment: write one in Comment.")
+                    self.comment_error = "Feedback needs a comment."
+                else:
+                    form.errors.append(message)
+            elif where == "comment":
+                self.comment_error = message
+            else:
+                self.errors.append(message)
+
+    def choose(self, action: str) -> None:
+        for form in self.items:
+            form.action = action
+
+    @property
+    def summary(self) -> dict:
+        counts = {}
+        for form in self.items:
+            counts[form.action] = counts.get(form.action, 0) + 1
+        return counts
+
+    def decision_json(self) -> str:
+        return json.dumps(self.body, ensure_ascii=False)
+
+
+def parse_typed(ef: EditField):
+    """The posted text of one edit input, as a value of the field's JSON type (ValueError: why not)."""
+    text = ef.text
+    if ef.kind in ("text", "textarea"):
+        return text
+    if ef.kind == "checkbox":
+        return ef.checked
+    if ef.kind == "integer":
+        stripped = text.strip()
+        digits = stripped[1:] if stripped[:1] in "+-" else stripped
+        if not digits.isdigit() or not digits.isascii():
+            raise ValueError("Enter a whole number (this field is an integer).")
+        return int(stripped)
+    if ef.kind == "number":
+        stripped = text.strip()
+        try:
+            if not JSON_NUMBER.fullmatch(stripped):
+                raise ValueError(stripped)
+            return finite_float(stripped)
+        except ValueError:
+            raise ValueError("Enter a number, such as 12.5.") from None
+    if ef.kind == "null":
+        if ef.checked:
+            return None
+        return _json(text, "Enter a JSON value, or tick null.")
+    return _json(text, "Enter valid JSON (an object or array, as shown).")
+
+
+def _json(text: str, message: str):
+    try:
+        return parse_json(text.encode())
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise ValueError(f"{message} ({exc})") from None
+
+
+def parse_confirmed(raw: str) -> dict | None:
+    """The decision carried by the last look's hidden field (the write path validates it again)."""
+    try:
+        value = parse_json(raw.encode())
+    except (ValueError, UnicodeDecodeError):
+        return None
+    return value if isinstance(value, dict) else None

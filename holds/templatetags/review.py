@@ -1,0 +1,87 @@
+"""Template helpers for agent text: escaping with hidden characters shown, typed values, times."""
+
+from datetime import datetime
+
+from django import template
+from django.utils import timezone
+
+from .. import rendering
+
+register = template.Library()
+
+
+@register.filter
+def visible(text):
+    """Escaped text with invisible and bidi characters spelled out as ⟦U+XXXX⟧."""
+    return rendering.visible(text)
+
+
+@register.filter
+def text_flags(text):
+    return rendering.text_flags(text or "")
+
+
+@register.inclusion_tag("holds/_value.html")
+def json_value(value):
+    """A value exactly as it will be sent: its JSON type, full text, and any warning."""
+    return {"shown": rendering.show_value(value)}
+
+
+@register.filter
+def confidence_level(value):
+    return rendering.confidence_level(value)
+
+
+def _span(seconds: float) -> str:
+    seconds = int(abs(seconds))
+    days, rest = divmod(seconds, 86400)
+    hours, rest = divmod(rest, 3600)
+    minutes, secs = divmod(rest, 60)
+    if days:
+        return f"{days}d {hours}h"
+    if hours:
+        return f"{hours}h {minutes:02d}m"
+    if minutes:
+        return f"{minutes}m"
+    return f"{secs}s"
+
+
+@register.filter
+def age(moment: datetime | None) -> str:
+    if moment is None:
+        return ""
+    return _span((timezone.now() - moment).total_seconds())
+
+
+@register.filter
+def time_left(moment: datetime | None) -> str:
+    if moment is None:
+        return "no expiry"
+    seconds = (moment - timezone.now()).total_seconds()
+    return "expired" if seconds <= 0 else _span(seconds) + " left"
+
+
+@register.filter
+def soon(moment: datetime | None) -> bool:
+    """Under an hour left: the queue says so in colour as well as in words."""
+    return moment is not None and (moment - timezone.now()).total_seconds() < 3600
+
+
+@register.filter
+def iso(moment: datetime | None) -> str:
+    return moment.isoformat() if moment else ""
+
+
+@register.filter
+def action_label(action: str) -> str:
+    return {"approve": "Approve", "edit": "Edit", "reject": "Reject", "feedback": "Feedback"}.get(action, action)
+
+
+@register.filter
+def file_size(size: int) -> str:
+    size = int(size or 0)
+    for unit in ("bytes", "KB", "MB"):
+        if size < 1024 or unit == "MB":
+            return f"{size} {unit}" if unit == "bytes" else f"{size:.1f} {unit}"
+        size /= 1024
+    return str(size)

@@ -1,0 +1,104 @@
+"""Run state and files: a token reaches only its own run."""
+
+import hashlib
+
+import pytest
+
+from holds.models import RunFile
+from tests import factories
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def two_runs(cap):
+    a, b = factories.start_run(cap), factories.start_run(cap)
+    _, token_a = factories.deliver_now(a)
+    _, token_b = factories.deliver_now(b)
+    return (a, token_a), (b, token_b)
+
+
+def test_it_puts_gets_and_deletes_raw_json_values(api, two_runs):
+    (run, token), _ = two_runs
+    url = f"/v0/runs/{run.public_id}/state/progress"
+    assert api.get(url, token=token).status_code == 404
+    assert api.put(url, {"step": "asked", "n": 12345678901234567890}, token=token).status_code == 204
+    assert api.get(url, token=token).json() == {"step": "asked", "n": 12345678901234567890}
+    assert api.put(url, None, raw="[1, 2]", token=token).status_code == 204
+    assert api.get(url, token=token).json() == [1, 2]
+    assert api.put(url, None, raw='"text"', token=token).status_code == 204
+    assert api.get(url, token=token).json() == "text"
+    assert api.delete(url, token=token).status_code == 204
+    assert api.get(url, token=token).json()["error"] == "not_found"
+
+
+def test_it_refuses_bad_json_and_values_over_1_mib(api, two_runs):
+    (run, token), _ = two_runs
+    url = f"/v0/runs/{run.public_id}/state/k"
+    assert api.put(url, None, raw="{bad", token=token).status_code == 400
+    assert api.put(url, None, raw='"' + "x" * (1024 * 1024) + '"', token=token).status_code == 413
+    assert api.put(url, None, raw='"' + "x" * 70000 + '"', token=token).status_code == 204
+
+
+def test_a_token_cannot_reach_another_runs_state(api, two_runs):
+    (a, token_a), (b, token_b) = two_runs
+    api.put(f"/v0/runs/{b.public_id}/state/secret", {"v": 1}, token=token_b)
+    assert api.get(f"/v0/runs/{b.public_id}/state/secret", token=token_a).status_code == 404
+    assert api.put(f"/v0/runs/{b.public_id}/state/secret", {"v": 2}, token=token_a).status_code == 404
+    assert api.delete(f"/v0/runs/{b.public_id}/state/secret", token=token_a).status_code == 404
+    assert api.get(f"/v0/runs/{b.public_id}/state/secret", token=token_b).json() == {"v": 1}
+
+
+def upload(client, token, content=b"%PDF-1.4 hello", name="invoice.pdf", content_type="application/pdf"):
+    return client.post(
+        "/v0/files", data=content, content_type=content_type, headers={"x-agentos-run-token": token, "x-filename": name}
+    )
+
+
+def test_it_uploads_a_file_with_its_sha256(client, two_runs):
+    (run, token), _ = two_runs
+    response = upload(client, token)
+    assert response.status_code == 201
+    body = response.json()
+    assert body["file_id"].startswith("f_") and body["name"] == "invoice.pdf" and body["size"] == 14
+    assert body["content_type"] == "application/pdf"
+    assert RunFile.objects.get().sha256 == hashlib.sha256(b"%PDF-1.4 hello").hexdigest()
+
+
+def test_it_refuses_files_over_25_mib_and_bad_names(client, two_runs):
+    (run, token), _ = two_runs
+    assert upload(client, token, content=b"x" * (25 * 1024 * 1024 + 1)).status_code == 413
+    assert upload(client, token, name="../etc/passwd").status_code == 422
+    assert upload(client, token, name="").status_code == 422
+    assert not RunFile.objects.exists()
+
+
+def test_files_are_served_to_their_run_and_to_reviewers_only(api, client, two_runs, member_key):
+    (a, token_a), (b, token_b) = two_runs
+    file_id = upload(client, token_b).json()["file_id"]
+    assert api.get(f"/v0/files/{file_id}", token=token_a).status_code == 404
+    own = api.get(f"/v0/files/{file_id}", token=token_b)
+    assert own.status_code == 200 and b"".join(own.streaming_content) == b"%PDF-1.4 hello"
+    assert own["X-Content-Type-Options"] == "nosniff"
+    assert api.get(f"/v0/files/{file_id}", key=member_key).status_code == 200
+
+
+def test_unsafe_types_download_as_attachments(api, client, two_runs, member_key):
+    (run, token), _ = two_runs
+    file_id = upload(
+        client, token, content=b"<svg onload=alert(1)>", name="x.svg", content_type="image/svg+xml"
+    ).json()["file_id"]
+    response = api.get(f"/v0/files/{file_id}", key=member_key)
+    assert response["Content-Type"] == "application/octet-stream"
+    assert response["Content-Disposition"].startswith("attachment")
+    assert response["Content-Security-Policy"] == "sandbox"
+
+
+def test_an_ask_may_list_only_its_own_runs_files(api, client, two_runs):
+    (a, token_a), (b, token_b) = two_runs
+    mine = upload(client, token_a).json()["file_id"]
+    theirs = upload(client, token_b).json()["file_id"]
+    response = api.post("/v0/holds", factories.ask_body(files=[mine, theirs, "f_999999"]), token=token_a)
+    assert response.status_code == 422
+    assert {e["field"] for e in response.json()["errors"]} == {"files[1]", "files[2]"}
+    assert api.post("/v0/holds", factories.ask_body(files=[mine]), token=token_a).status_code == 201

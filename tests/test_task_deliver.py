@@ -1,0 +1,345 @@
+"""Delivering invocations to a real HTTP agent: signing, answers, retries, parking, undeliverable."""
+
+import base64
+import datetime as dt
+import hashlib
+import hmac
+
+import pytest
+from django.utils import timezone
+
+from holds import delivery, services, tasks
+from holds.auth import SYSTEM, actor_for_account, run_token_for
+from holds.models import Capability, DeliveryAttempt, Hold, Invocation, Run
+from tests import factories
+from tests.agent_double import AgentDouble
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def agent():
+    double = AgentDouble()
+    yield double
+    double.close()
+
+
+@pytest.fixture
+def acap(agent, settings):
+    settings.RQ_RETRY_SCHEDULE = [0, 5, 30, 120]
+    return factories.capability(name="pay_invoices", endpoint=agent.url, timeout_seconds=2.0)
+
+
+def due_now(invocation_id):
+    Invocation.objects.filter(pk=invocation_id).update(next_attempt_at=timezone.now())
+
+
+def test_it_sends_the_signed_start_body(agent, acap):
+    run = factories.start_run(acap, input={"x": 1})
+    invocation = Invocation.objects.get(run=run)
+    assert delivery.deliver(invocation.id) == "answered"
+    request = agent.requests[0]
+    assert request["path"] == "/invoke"
+    body = request["body"]
+    assert body["resume"] is None
+    assert body["invocation"] == {
+        "id": invocation.id,
+        "kind": "start",
+        "seq": 1,
+        "run_id": run.public_id,
+        "capability": "pay_invoices",
+        "version": "1",
+        "api_url": "http://127.0.0.1:8000",
+        "run_token": run_token_for(invocation.id),
+        "input": {"x": 1},
+        "eval": None,
+    }
+    headers = {k.lower(): v for k, v in request["headers"].items()}
+    assert headers["webhook-id"] == invocation.id
+    key = base64.b64decode(factories.SECRET.removeprefix("whsec_"))
+    signed = f"{invocation.id}.{headers['webhook-timestamp']}.".encode() + request["raw"]
+    expected = "v1," + base64.b64encode(hmac.new(key, signed, hashlib.sha256).digest()).decode()
+    assert headers["webhook-signature"] == expected
+    run.refresh_from_db()
+    assert run.status == "completed" and run.output == {}
+
+
+def test_it_is_safe_to_call_twice(agent, acap):
+    run = factories.start_run(acap)
+    invocation = Invocation.objects.get(run=run)
+    assert delivery.deliver(invocation.id) == "answered"
+    assert delivery.deliver(invocation.id) == "not-due"
+    assert len(agent.requests) == 1
+
+
+def test_500s_retry_on_the_schedule_then_deliver_with_the_same_id(agent, acap):
+    agent.script = [(500, {}), (500, {}), (503, b"busy"), (200, {"status": "completed", "output": {"ok": True}})]
+    run = factories.start_run(acap)
+    invocation = Invocation.objects.get(run=run)
+    schedule = [5, 30, 120]
+    for attempt, wait in enumerate(schedule, start=1):
+        before = timezone.now()
+        assert delivery.deliver(invocation.id) == "retry"
+        invocation.refresh_from_db()
+        delay = (invocation.next_attempt_at - before).total_seconds()
+        assert 0.8 * wait - 0.5 <= delay <= 1.2 * wait + 0.5, (attempt, delay)
+        assert delivery.deliver(invocation.id) == "not-due"  # not before its time
+        due_now(invocation.id)
+    assert delivery.deliver(invocation.id) == "answered"
+    assert {r["headers"]["webhook-id"] for r in agent.requests} == {invocation.id}
+    assert len({r["headers"]["webhook-signature"] for r in agent.requests}) >= 1
+    assert list(DeliveryAttempt.objects.filter(invocation=invocation).values_list("status_code", "outcome")) == [
+        (500, "retry"),
+        (500, "retry"),
+        (503, "retry"),
+        (200, "answered"),
+    ]
+    run.refresh_from_db()
+    assert run.status == "completed" and run.output == {"ok": True}
+
+
+def test_retry_after_is_honoured(agent, acap):
+    agent.script = [(429, {}, {"Retry-After": "90"})]
+    invocation = Invocation.objects.get(run=factories.start_run(acap))
+    before = timezone.now()
+    assert delivery.deliver(invocation.id) == "retry"
+    invocation.refresh_from_db()
+    assert 89 <= (invocation.next_attempt_at - before).total_seconds() <= 92  # not the schedule's 5 s
+
+
+def test_an_agent_down_past_the_schedule_is_undeliverable_until_retried(agent, acap, admin_key, api):
+    agent.default = (502, {})
+    invocation = Invocation.objects.get(run=factories.start_run(acap))
+    results = []
+    for _ in range(4):
+        results.append(delivery.deliver(invocation.id))
+        due_now(invocation.id)
+    assert results == ["retry", "retry", "retry", "undeliverable"]
+    assert Invocation.objects.get(pk=invocation.pk).status == "undeliverable"
+    agent.default = (200, {"status": "completed", "output": {}})
+    response = api.post(f"/v0/invocations/{invocation.id}/retry", {}, key=admin_key)
+    assert response.status_code == 200 and response.json()["status"] == "pending"
+    assert delivery.deliver(invocation.id) == "answered"
+    assert api.post(f"/v0/invocations/{invocation.id}/retry", {}, key=admin_key).status_code == 409
+
+
+def test_garbage_answers_are_failed_attempts_with_a_readable_error(agent, acap):
+    agent.script = [(200, b"<html>oops</html>"), (200, {"status": "done"})]
+    invocation = Invocation.objects.get(run=factories.start_run(acap))
+    assert delivery.deliver(invocation.id) == "retry"
+    assert "not JSON" in Invocation.objects.get(pk=invocation.pk).last_error
+    due_now(invocation.id)
+    assert delivery.deliver(invocation.id) == "retry"
+    assert "expected status" in Invocation.objects.get(pk=invocation.pk).last_error
+
+
+def test_a_4xx_fails_the_run_with_the_agents_reason(agent, acap):
+    agent.script = [(400, b"unknown capability pay_invoices")]
+    run = factories.start_run(acap)
+    assert delivery.deliver(Invocation.objects.get(run=run).id) == "failed"
+    run.refresh_from_db()
+    assert run.status == "failed" and "HTTP 400" in run.error and "unknown capability" in run.error
+
+
+def test_suspended_must_name_the_hold_this_invocation_asked(agent, acap):
+    agent.script = [(200, {"status": "suspended", "hold_id": "h_999"})]
+    run = factories.start_run(acap)
+    delivery.deliver(Invocation.objects.get(run=run).id)
+    run.refresh_from_db()
+    assert run.status == "failed" and "h_999" in run.error and "asked no hold" in run.error
+
+
+def test_completed_output_is_checked_against_the_output_schema(agent, db):
+    cap = factories.capability(name="typed", endpoint=agent.url, output_schema={"type": "object", "required": ["paid"]})
+    agent.script = [(200, {"status": "completed", "output": {"nope": 1}})]
+    run = factories.start_run(cap)
+    delivery.deliver(Invocation.objects.get(run=run).id)
+    run.refresh_from_db()
+    assert run.status == "failed" and "'paid' is a required property" in run.error
+
+
+def ask_then(status, body):
+    """An agent step that asks a hold with its token (over the real API) and then answers."""
+
+    def step(request):
+        from django.test import Client
+
+        token = request["body"]["invocation"]["run_token"]
+        response = Client().post(
+            "/v0/holds",
+            data=factories.ask_body(),
+            content_type="application/json",
+            headers={"x-agentos-run-token": token},
+        )
+        hold_id = response.json()["hold_id"]
+        return status, (body(hold_id) if callable(body) else body)
+
+    return step
+
+
+@pytest.mark.django_db(transaction=True)
+def test_ask_suspend_decide_resume_complete(agent, acap, member_key, api):
+    agent.script = [ask_then(200, lambda h: {"status": "suspended", "hold_id": h})]
+    run = factories.start_run(acap)
+    start = Invocation.objects.get(run=run)
+    delivery.deliver(start.id)
+    run.refresh_from_db()
+    hold = Hold.objects.get(run=run)
+    assert run.status == "held" and hold.status == "pending"
+    body = {"items": [{"id": "INV-1", "action": "approve"}, {"id": "INV-2", "action": "reject"}], "comment": "no"}
+    api.post(f"/v0/holds/{hold.public_id}/decision", body, key=member_key)
+    resume = Invocation.objects.get(hold=hold)
+    agent.script = [(200, {"status": "completed", "output": {"paid": ["INV-1"]}})]
+    assert delivery.deliver(resume.id) == "answered"
+    sent = agent.requests[-1]["body"]
+    assert sent["invocation"]["kind"] == "resume" and sent["invocation"]["seq"] == 2
+    assert sent["resume"]["items"][1] == {
+        "id": "INV-2",
+        "action": "reject",
+        "data": factories.ask_body()["items"][1]["data"],
+        "comment": "no",
+    }
+    run.refresh_from_db()
+    assert run.status == "completed" and run.output == {"paid": ["INV-1"]}
+
+
+@pytest.mark.django_db(transaction=True)
+def test_an_agent_that_asked_and_then_died_counts_as_suspended(agent, acap):
+    agent.script = [ask_then(500, {})]
+    run = factories.start_run(acap)
+    start = Invocation.objects.get(run=run)
+    assert delivery.deliver(start.id) == "answered"
+    run.refresh_from_db()
+    start.refresh_from_db()
+    assert run.status == "held" and start.status == "answered" and "HTTP 500" in start.last_error
+    assert len(agent.requests) == 1  # not retried: a person already has the question
+
+
+@pytest.mark.django_db(transaction=True)
+def test_completing_after_asking_cancels_the_hold(agent, acap):
+    agent.script = [ask_then(200, {"status": "completed", "output": {}})]
+    run = factories.start_run(acap)
+    delivery.deliver(Invocation.objects.get(run=run).id)
+    assert Hold.objects.get(run=run).status == "cancelled"
+    assert Run.objects.get(pk=run.pk).status == "completed"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_decision_before_the_suspended_answer_is_cancelled_if_the_agent_completes(agent, acap, member_key):
+    account = factories.account("fast", role="member")[0]
+
+    def decide_then_complete(request):
+        from django.test import Client
+
+        token = request["body"]["invocation"]["run_token"]
+        hold_id = (
+            Client()
+            .post(
+                "/v0/holds",
+                data=factories.ask_body(),
+                content_type="application/json",
+                headers={"x-agentos-run-token": token},
+            )
+            .json()["hold_id"]
+        )
+        services.hold_decide(
+            hold_id=int(hold_id[2:]),
+            actor=actor_for_account(account),
+            body={"items": [{"id": "INV-1", "action": "approve"}, {"id": "INV-2", "action": "approve"}]},
+        )
+        return 200, {"status": "completed", "output": {}}
+
+    agent.script = [decide_then_complete]
+    run = factories.start_run(acap)
+    delivery.deliver(Invocation.objects.get(run=run).id)
+    resume = Invocation.objects.get(run=run, kind="resume")
+    assert resume.status == "cancelled"
+    assert len(agent.requests) == 1
+
+
+def test_410_parks_the_invocation_and_disables_the_endpoint_until_enabled(agent, acap):
+    agent.script = [(410, b"gone")]
+    first = Invocation.objects.get(run=factories.start_run(acap))
+    assert delivery.deliver(first.id) == "parked"
+    assert Capability.objects.get(pk=acap.pk).endpoint_disabled_at is not None
+    second = Invocation.objects.get(run=factories.start_run(acap))
+    assert delivery.deliver(second.id) == "not-due"
+    assert Invocation.objects.get(pk=second.pk).status == "parked"
+    assert len(agent.requests) == 1
+    admin = factories.person("root", role="admin")
+    services.capability_enable(capability_id=acap.pk, actor=factories.actor_for_user(admin))
+    assert delivery.deliver(first.id) == "answered" and delivery.deliver(second.id) == "answered"
+    assert Run.objects.filter(status="failed").count() == 0
+
+
+def test_a_timeout_is_a_retry(agent, acap):
+    import time
+
+    def slow(request):
+        time.sleep(2.5)
+        return 200, {"status": "completed", "output": {}}
+
+    agent.script = [slow]
+    invocation = Invocation.objects.get(run=factories.start_run(acap))
+    assert delivery.deliver(invocation.id) == "retry"
+    assert "no answer within 2s" in Invocation.objects.get(pk=invocation.pk).last_error
+
+
+def test_the_relay_finds_what_publishing_lost(agent, acap, monkeypatch, django_capture_on_commit_callbacks):
+    def broken_delay(*args, **kwargs):
+        raise ConnectionError("broker down")
+
+    monkeypatch.setattr(tasks.deliver, "delay", broken_delay)
+    with django_capture_on_commit_callbacks(execute=True):
+        run = factories.start_run(acap)  # publishing fails after commit; the row stays due
+    sent = []
+    monkeypatch.setattr(tasks.deliver, "delay", lambda invocation_id: sent.append(invocation_id))
+    assert tasks.relay_due() == 1
+    for invocation_id in sent:
+        delivery.deliver(invocation_id)
+    assert tasks.relay_due() == 0
+    assert Run.objects.get(pk=run.pk).status == "completed" and len(agent.requests) == 1
+
+
+def test_the_relay_hands_out_a_claim_whose_lease_ran_out(agent, acap):
+    invocation = Invocation.objects.get(run=factories.start_run(acap))
+    claim = services.invocation_claim(invocation_id=invocation.id)  # a worker that then dies
+    assert claim is not None and services.invocations_due() == []
+    Invocation.objects.filter(pk=invocation.pk).update(lease_until=timezone.now() - dt.timedelta(seconds=1))
+    assert services.invocations_due() == [invocation.id]
+    assert delivery.deliver(invocation.id) == "answered"
+    late = services.invocation_record(
+        invocation_id=invocation.id, attempt=claim.attempt, outcome=services.Outcome(kind="retry", error="late")
+    )
+    assert late == "stale"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_resume_token_lives_only_while_the_resume_is_delivered(agent, acap, member_key, api):
+    run, hold = factories.held_hold(acap)
+    old_token = run_token_for(Invocation.objects.get(run=run, kind="start").id)
+    body = {"items": [{"id": "INV-1", "action": "approve"}, {"id": "INV-2", "action": "approve"}]}
+    api.post(f"/v0/holds/{hold.public_id}/decision", body, key=member_key)
+    resume = Invocation.objects.get(hold=hold)
+    new_token = run_token_for(resume.id)
+    assert api.get(f"/v0/runs/{run.public_id}", token=new_token).status_code == 401  # not sent yet: held
+
+    def check_tokens(request):
+        assert request["body"]["invocation"]["run_token"] == new_token
+        from django.test import Client
+
+        ok = Client().get(f"/v0/runs/{run.public_id}", headers={"x-agentos-run-token": new_token})
+        old = Client().get(f"/v0/runs/{run.public_id}", headers={"x-agentos-run-token": old_token})
+        return 200, {"status": "completed", "output": {"codes": [ok.status_code, old.status_code]}}
+
+    agent.script = [check_tokens]
+    delivery.deliver(resume.id)
+    run.refresh_from_db()
+    assert run.output == {"codes": [200, 401]}
+    assert api.get(f"/v0/runs/{run.public_id}", token=new_token).status_code == 401  # finished
+
+
+def test_run_fail_by_system_is_refused(acap):
+    run = factories.start_run(acap)
+    with pytest.raises(Exception):
+        services.run_fail(run_id=run.pk, actor=SYSTEM, reason="x")
