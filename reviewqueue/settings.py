@@ -147,6 +147,7 @@ CELERY_BROKER_TRANSPORT_OPTIONS = (
         "data_folder_in": str(RQ_VAR_DIR / "broker"),
         "data_folder_out": str(RQ_VAR_DIR / "broker"),
         "processed_folder": str(RQ_VAR_DIR / "broker-processed"),
+        "control_folder": str(RQ_VAR_DIR / "broker-control"),
         "store_processed": False,
     }
 )
