@@ -5,7 +5,7 @@ STAMP := $(VENV)/.installed
 
 .PHONY: run test setup lint bench clean
 
-$(STAMP): requirements.txt sdk/pyproject.toml
+$(STAMP): requirements.txt sdk/pyproject.toml sdk/requirements-adapters.txt
 	@test -x $(PY) || $$(scripts/find-python) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -r requirements.txt

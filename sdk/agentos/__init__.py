@@ -1,0 +1,22 @@
+"""agentos: the agent side of Review Queue. Ask a person, suspend, resume with the decision."""
+
+from .errors import ApiError, AskInvalid, Suspend
+from .invocation import Invocation
+from .resume import DecidedItem, Resume
+from .server import Server, run_handler, serve
+from .signing import SignatureError, sign, verify
+
+__all__ = [
+    "ApiError",
+    "AskInvalid",
+    "DecidedItem",
+    "Invocation",
+    "Resume",
+    "Server",
+    "SignatureError",
+    "Suspend",
+    "run_handler",
+    "serve",
+    "sign",
+    "verify",
+]

@@ -1,0 +1,58 @@
+"""Framework adapters: each turns a framework's own pause into one Review Queue hold.
+
+Import the one you need (`agentos.adapters.langgraph`, `.openai_agents`, `.claude`,
+`.bedrock`); each imports its framework, which the `agentos` package does not depend on.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+ORDER = ("approve", "edit", "reject", "feedback")
+EXPIRED_MESSAGE = "The approval request expired without a decision. Do not run this call."
+
+
+def jsonable(value: Any) -> Any:
+    """A JSON-safe copy of a framework value (pydantic models, messages, dataclasses…)."""
+    return json.loads(json.dumps(value, default=_fallback))
+
+
+def _fallback(obj: Any) -> Any:
+    for method in ("model_dump", "dict", "to_dict"):
+        fn = getattr(obj, method, None)
+        if callable(fn):
+            try:
+                return fn()
+            except TypeError:
+                continue
+    if hasattr(obj, "__dataclass_fields__"):
+        import dataclasses
+
+        return dataclasses.asdict(obj)
+    return str(obj)
+
+
+def call_title(name: str, args: Any, limit: int = 200) -> str:
+    """`name(key=value, …)`, cut to `limit` characters; the item's data shows it all."""
+    if isinstance(args, dict):
+        inner = ", ".join(f"{k}={json.dumps(v, default=str)}" for k, v in args.items())
+    else:
+        inner = json.dumps(args, default=str)
+    title = f"{name}({inner})"
+    return title if len(title) <= limit else title[: limit - 1] + "…"
+
+
+def offered_actions(allowed: list[set[str]], wanted: list[str] | None) -> list[str]:
+    """The intersection of every pause's allowed decisions, in a stable order.
+
+    `feedback` is offered only where a rejection is possible, since that is what it becomes.
+    """
+    common = set(ORDER[:3]) if not allowed else set.intersection(*allowed)
+    if "reject" in common:
+        common.add("feedback")
+    chosen = wanted if wanted is not None else ["approve", "edit", "reject"]
+    actions = [a for a in ORDER if a in common and a in chosen]
+    if not actions:
+        raise ValueError(f"the pauses have no decision in common with {chosen}")
+    return actions

@@ -1,0 +1,212 @@
+"""One call of the agent for a run, and the API calls it may make with its run token."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import mimetypes
+import os
+from collections.abc import Callable
+from typing import Any, TypeVar
+from urllib.parse import quote
+
+import httpx
+
+from .errors import ApiError, AskInvalid, Suspend
+from .resume import Resume
+
+T = TypeVar("T")
+_MISSING: Any = object()
+TOKEN_HEADER = "x-agentos-run-token"
+
+
+class _Api:
+    def __init__(self, api_url: str, run_token: str, timeout: float = 30.0):
+        self.base = api_url.rstrip("/")
+        self._client = httpx.Client(headers={TOKEN_HEADER: run_token}, timeout=timeout)
+
+    def request(
+        self, method: str, path: str, *, expect: tuple[int, ...] = (200, 201, 204), **kw: Any
+    ) -> httpx.Response:
+        url = self.base + path
+        resp = self._client.request(method, url, **kw)
+        if resp.status_code not in expect:
+            raise _error(resp, method, url)
+        return resp
+
+    def close(self) -> None:
+        self._client.close()
+
+
+def _error(resp: httpx.Response, method: str, url: str) -> ApiError:
+    try:
+        body = resp.json()
+    except ValueError:
+        body = {"message": resp.text}
+    cls = AskInvalid if resp.status_code == 422 and body.get("error") == "invalid" else ApiError
+    return cls(resp.status_code, body, method, url)
+
+
+class RunState:
+    """The run's small key/value store; it survives between the invocations of one run."""
+
+    def __init__(self, api: _Api, run_id: str):
+        self._api = api
+        self._prefix = f"/v0/runs/{quote(run_id, safe='')}/state/"
+
+    def _path(self, key: str) -> str:
+        return self._prefix + quote(key, safe="")
+
+    def put(self, key: str, value: Any) -> None:
+        body = json.dumps(value, separators=(",", ":")).encode()
+        self._api.request("PUT", self._path(key), content=body, headers={"content-type": "application/json"})
+
+    def get(self, key: str, default: Any = _MISSING) -> Any:
+        """The stored value; a missing key raises KeyError unless a default is given."""
+        path = self._path(key)
+        try:
+            resp = self._api.request("GET", path)
+        except ApiError as exc:
+            if exc.status != 404:
+                raise
+            if default is _MISSING:
+                raise KeyError(key) from None
+            return default
+        return resp.json()
+
+    def delete(self, key: str) -> None:
+        """Forget a key; deleting a missing key is not an error."""
+        self._api.request("DELETE", self._path(key), expect=(200, 204, 404))
+
+
+class State:
+    def __init__(self, api: _Api, run_id: str):
+        self.run = RunState(api, run_id)
+
+
+class Files:
+    def __init__(self, api: _Api):
+        self._api = api
+
+    def upload(
+        self,
+        path_or_bytes: str | os.PathLike[str] | bytes,
+        name: str | None = None,
+        content_type: str | None = None,
+    ) -> str:
+        """Upload a file of the run's environment and return its file id (for `ask(files=…)`)."""
+        if isinstance(path_or_bytes, bytes):
+            data = path_or_bytes
+            name = name or "file"
+        else:
+            with open(path_or_bytes, "rb") as f:
+                data = f.read()
+            name = name or os.path.basename(os.fspath(path_or_bytes))
+        if content_type is None:
+            content_type = mimetypes.guess_type(name)[0] or "application/octet-stream"
+        resp = self._api.request(
+            "POST",
+            "/v0/files",
+            content=data,
+            # Header values must be ASCII; other names travel percent-encoded.
+            headers={
+                "content-type": content_type,
+                "x-filename": name if name.isascii() else quote(name),
+            },
+        )
+        return resp.json()["file_id"]
+
+
+class Invocation:
+    """What a handler receives: the invocation, its decision on a resume, and the API."""
+
+    def __init__(self, invocation: dict[str, Any], resume: dict[str, Any] | None = None):
+        self.id: str = invocation["id"]
+        self.kind: str = invocation.get("kind", "start")
+        self.seq: int = invocation.get("seq", 1)
+        self.run_id: str = invocation["run_id"]
+        self.capability: str = invocation["capability"]
+        self.version: str | None = invocation.get("version")
+        self.input: Any = invocation.get("input")
+        self.eval: Any = invocation.get("eval")
+        self.api_url: str = invocation.get("api_url", "")
+        self.run_token: str = invocation.get("run_token", "")
+        self.resume: Resume | None = Resume.from_json(resume) if resume else None
+        # The hold this invocation asked; the server answers `suspended` on it.
+        self.hold_id: str | None = None
+        self._api = _Api(self.api_url, self.run_token)
+        self.state = State(self._api, self.run_id)
+        self.files = Files(self._api)
+
+    def close(self) -> None:
+        self._api.close()
+
+    def ask(
+        self,
+        intent: str,
+        items: list[dict[str, Any]],
+        actions: list[str] | None = None,
+        details: str | None = None,
+        expires_in: int | None = None,
+        files: list[str] | None = None,
+        suspend: bool = True,
+    ) -> str:
+        """Ask a person. With suspend=True this ends the invocation; otherwise returns the hold id.
+
+        Code before the ask runs again on the resume, so keep it idempotent (see `once`).
+        """
+        body: dict[str, Any] = {"intent": intent, "items": items}
+        for key, value in (
+            ("actions", actions),
+            ("details", details),
+            ("expires_in", expires_in),
+            ("files", files),
+        ):
+            if value is not None:
+                body[key] = value
+        resp = self._api.request("POST", "/v0/holds", json=body, expect=(201, 409))
+        payload = resp.json()
+        # 409 hold_open: a re-run of an invocation that already asked suspends on that hold.
+        if resp.status_code == 409 and (payload.get("error") != "hold_open" or not payload.get("hold_id")):
+            raise ApiError(409, payload, "POST", self._api.base + "/v0/holds")
+        self.hold_id = payload["hold_id"]
+        if suspend:
+            raise Suspend(self.hold_id)
+        return self.hold_id
+
+    def idempotency_key(self, step: str) -> str:
+        """A key stable across every invocation of this run: run id + step."""
+        return f"{self.run_id}:{step}"
+
+    def once(self, step: str, fn: Callable[[], T]) -> T:
+        """Run `fn` once per run and step; later calls return the recorded result.
+
+        The result is recorded in run state after `fn` returns, so a crash in between runs
+        it again: pass `inv.idempotency_key(step)` on to the system you call if that matters.
+        """
+        key = f"once:{step}"
+        recorded = self.state.run.get(key, None)
+        if isinstance(recorded, dict) and "result" in recorded:
+            return recorded["result"]
+        result = fn()
+        self.state.run.put(key, {"result": result})
+        return result
+
+    def start_child(self, capability: str, input: Any, idempotency_key: str | None = None) -> str:
+        """Start a child run and return its run id.
+
+        Without a key, one is derived from this run, the capability and the input, so a
+        re-run after a resume gets the same child instead of a second one.
+        """
+        if idempotency_key is None:
+            digest = hashlib.sha256(
+                json.dumps([capability, input], sort_keys=True, separators=(",", ":")).encode()
+            ).hexdigest()[:32]
+            idempotency_key = self.idempotency_key(f"child:{capability}:{digest}")
+        resp = self._api.request(
+            "POST",
+            "/v0/runs",
+            json={"capability": capability, "input": input},
+            headers={"idempotency-key": idempotency_key},
+        )
+        return resp.json()["run_id"]

@@ -1,0 +1,418 @@
+"""A fake Review Queue for testing agents offline: the agent-facing `/v0` API plus deliveries.
+
+    with FakeReviewQueue() as rq, agentos.Server(handlers, port=0, secret=rq.secret) as agent:
+        run_id = rq.start_run("pay_invoices", {...}, endpoint=agent.url)
+        hold = rq.open_hold(run_id)
+        rq.decide(hold["hold_id"], [{"id": "INV-1", "action": "approve"}])
+        assert rq.runs[run_id]["status"] == "completed"
+
+It follows SPEC's shapes closely enough for an SDK's tests; it is not the service.
+"""
+
+from __future__ import annotations
+
+import base64
+import copy
+import itertools
+import json
+import secrets
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import TYPE_CHECKING, Any
+from urllib.parse import unquote, urlsplit
+
+import httpx
+
+from .signing import sign
+
+if TYPE_CHECKING:
+    from typing import Self
+
+ACTIONS = ("approve", "edit", "reject", "feedback")
+HOLD_FIELDS = {"intent", "items", "actions", "details", "expires_in", "files"}
+ITEM_FIELDS = {"id", "title", "data", "confidence"}
+
+
+def _is_number(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def validate_ask(body: Any, run_files: set[str]) -> list[dict[str, str]]:
+    """Every wrong field of an ask, by path."""
+    errors: list[dict[str, str]] = []
+
+    def err(field: str, message: str) -> None:
+        errors.append({"field": field, "message": message})
+
+    if not isinstance(body, dict):
+        return [{"field": "", "message": "must be an object"}]
+    for key in sorted(set(body) - HOLD_FIELDS):
+        err(key, "unknown field")
+    intent = body.get("intent")
+    if not isinstance(intent, str) or not intent.strip() or len(intent) > 500:
+        err("intent", "required, a non-empty string of at most 500 characters")
+    items = body.get("items")
+    if not isinstance(items, list) or not 1 <= len(items) <= 100:
+        err("items", "required, 1 to 100 items")
+        items = items if isinstance(items, list) else []
+    seen: set[str] = set()
+    for n, item in enumerate(items):
+        p = f"items[{n}]"
+        if not isinstance(item, dict):
+            err(p, "must be an object")
+            continue
+        for key in sorted(set(item) - ITEM_FIELDS):
+            err(f"{p}.{key}", "unknown field")
+        iid = item.get("id")
+        if not isinstance(iid, str) or not iid:
+            err(f"{p}.id", "required, a non-empty string")
+        elif iid in seen:
+            err(f"{p}.id", "duplicate id")
+        else:
+            seen.add(iid)
+        if not isinstance(item.get("title"), str) or not item.get("title"):
+            err(f"{p}.title", "required, a non-empty string")
+        data = item.get("data")
+        if not isinstance(data, dict):
+            err(f"{p}.data", "required, an object")
+            data = {}
+        conf = item.get("confidence")
+        if conf is not None:
+            if not isinstance(conf, dict):
+                err(f"{p}.confidence", "must be an object")
+            else:
+                for key, value in conf.items():
+                    if key not in data:
+                        err(f"{p}.confidence.{key}", "not a key of data")
+                    elif not _is_number(value) or not 0 <= value <= 1:
+                        err(f"{p}.confidence.{key}", "must be a number in [0, 1]")
+    if "actions" in body:
+        actions = body["actions"]
+        if (
+            not isinstance(actions, list)
+            or not actions
+            or len(set(map(str, actions))) != len(actions)
+            or any(a not in ACTIONS for a in actions)
+        ):
+            err("actions", "non-empty, no repeats, each of approve edit reject feedback")
+    if "details" in body and not isinstance(body["details"], str):
+        err("details", "must be a string")
+    if "expires_in" in body:
+        e = body["expires_in"]
+        if not isinstance(e, int) or isinstance(e, bool) or not 60 <= e <= 2_592_000:
+            err("expires_in", "an integer from 60 to 2592000")
+    if "files" in body:
+        files = body["files"]
+        if not isinstance(files, list) or len(files) > 20:
+            err("files", "at most 20 file ids")
+        else:
+            for n, f in enumerate(files):
+                if f not in run_files:
+                    err(f"files[{n}]", "not a file of this run")
+    return errors
+
+
+class FakeReviewQueue:
+    def __init__(self, secret: str | None = None, host: str = "127.0.0.1"):
+        self.secret = secret or "whsec_" + base64.b64encode(secrets.token_bytes(24)).decode()
+        self.lock = threading.RLock()
+        self.runs: dict[str, dict[str, Any]] = {}
+        self.holds: dict[str, dict[str, Any]] = {}
+        self.files: dict[str, dict[str, Any]] = {}
+        self.tokens: dict[str, str] = {}  # live run token -> run id
+        self.idempotency: dict[tuple[str, str], str] = {}
+        self.requests: list[tuple[str, str]] = []
+        self.answers: list[dict[str, Any]] = []
+        self._ids = itertools.count(1)
+        self.httpd = ThreadingHTTPServer((host, 0), _make_handler(self))
+        self.httpd.daemon_threads = True
+        self._thread: threading.Thread | None = None
+
+    @property
+    def url(self) -> str:
+        host, port = self.httpd.server_address[:2]
+        return f"http://{host}:{port}"
+
+    def start(self) -> FakeReviewQueue:
+        self._thread = threading.Thread(target=self.httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+    def __enter__(self) -> Self:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def _next(self, prefix: str) -> str:
+        return f"{prefix}{next(self._ids)}"
+
+    # -- the service side: runs, deliveries, decisions -----------------------------------
+
+    def create_run(self, capability: str, input: Any, endpoint: str, parent: str | None = None) -> str:
+        with self.lock:
+            run_id = self._next("r_")
+            self.runs[run_id] = {
+                "run_id": run_id,
+                "capability": capability,
+                "input": input,
+                "endpoint": endpoint,
+                "status": "running",
+                "seq": 0,
+                "output": None,
+                "error": None,
+                "parent": parent,
+                "children": [],
+                "state": {},
+                "holds": [],
+            }
+            return run_id
+
+    def start_run(self, capability: str, input: Any, endpoint: str) -> str:
+        """Create a run and deliver its start invocation; returns the run id."""
+        run_id = self.create_run(capability, input, endpoint)
+        self.deliver(run_id)
+        return run_id
+
+    def invocation_payload(self, run_id: str, resume: dict[str, Any] | None = None) -> dict:
+        run = self.runs[run_id]
+        with self.lock:
+            run["seq"] += 1
+            token = "tok_" + secrets.token_urlsafe(32)
+            self.tokens[token] = run_id
+        return {
+            "invocation": {
+                "id": "inv_" + secrets.token_hex(8),
+                "kind": "resume" if resume is not None else "start",
+                "seq": run["seq"],
+                "run_id": run_id,
+                "capability": run["capability"],
+                "version": "1",
+                "api_url": self.url,
+                "run_token": token,
+                "input": run["input"],
+                "eval": None,
+            },
+            "resume": resume,
+        }
+
+    def post_invocation(self, endpoint: str, payload: dict[str, Any]) -> httpx.Response:
+        body = json.dumps(payload).encode()
+        headers = sign(self.secret, payload["invocation"]["id"], body)
+        headers["content-type"] = "application/json"
+        return httpx.post(endpoint.rstrip("/") + "/invoke", content=body, headers=headers, timeout=60)
+
+    def deliver(self, run_id: str, resume: dict[str, Any] | None = None) -> dict[str, Any]:
+        """Send one invocation, apply its answer to the run, and return the answer."""
+        payload = self.invocation_payload(run_id, resume)
+        token = payload["invocation"]["run_token"]
+        try:
+            resp = self.post_invocation(self.runs[run_id]["endpoint"], payload)
+        finally:
+            with self.lock:
+                self.tokens.pop(token, None)  # a token dies when its invocation answers
+        answer = resp.json() if resp.status_code == 200 else {"status": "http", "code": resp.status_code}
+        self.answers.append(answer)
+        self.apply_answer(run_id, answer)
+        return answer
+
+    def apply_answer(self, run_id: str, answer: dict[str, Any]) -> None:
+        with self.lock:
+            run = self.runs[run_id]
+            status = answer.get("status")
+            if status == "suspended":
+                if answer.get("hold_id") not in run["holds"]:
+                    self._finish(run, "failed", error="suspended on a hold the run did not ask")
+                elif self.holds[answer["hold_id"]]["status"] == "pending":
+                    run["status"] = "held"
+                else:
+                    run["status"] = "running"
+            elif status == "completed":
+                self._finish(run, "completed", output=answer.get("output"))
+            elif status == "failed":
+                self._finish(run, "failed", error=answer.get("error"))
+            else:
+                self._finish(run, "failed", error=f"bad answer {answer!r}")
+
+    def _finish(self, run: dict, status: str, output: Any = None, error: Any = None) -> None:
+        run.update(status=status, output=output, error=error)
+        for hold_id in run["holds"]:
+            if self.holds[hold_id]["status"] == "pending":
+                self.holds[hold_id]["status"] = "cancelled"
+
+    def open_hold(self, run_id: str) -> dict[str, Any] | None:
+        for hold_id in self.runs[run_id]["holds"]:
+            if self.holds[hold_id]["status"] == "pending":
+                return self.holds[hold_id]
+        return None
+
+    def decide(self, hold_id: str, items: list[dict[str, Any]], comment: str | None = None) -> dict[str, Any]:
+        """Decide a hold as a person would, then deliver the resume; returns the agent's answer."""
+        with self.lock:
+            hold = self.holds[hold_id]
+            if hold["status"] != "pending":
+                raise ValueError(f"hold {hold_id} is {hold['status']}")
+            asked = {i["id"]: i for i in hold["items"]}
+            by_id = {d["id"]: d for d in items}
+            if set(by_id) != set(asked) or len(by_id) != len(items):
+                raise ValueError("every item needs exactly one action")
+            comment = comment if comment and comment.strip() else None
+            decided = []
+            for item in hold["items"]:  # resume items keep the order asked
+                d = by_id[item["id"]]
+                action = d["action"]
+                if action not in hold["actions"]:
+                    raise ValueError(f"{action} is not offered")
+                own = d.get("comment") if d.get("comment") and d["comment"].strip() else None
+                if action == "edit":
+                    data = d.get("data")
+                    if not isinstance(data, dict) or set(data) != set(item["data"]):
+                        raise ValueError("an edit has exactly the asked keys")
+                else:
+                    if d.get("data") is not None:
+                        raise ValueError("data only with edit")
+                    data = copy.deepcopy(item["data"])
+                if action != "approve" and own is None:
+                    own = comment
+                if action == "feedback" and own is None:
+                    raise ValueError("feedback requires a comment")
+                decided.append({"id": item["id"], "action": action, "data": data, "comment": own})
+            resume = {
+                "hold_id": hold_id,
+                "resolved_by": "human",
+                "items": decided,
+                "comment": comment,
+            }
+            hold.update(status="decided", resume=resume)
+        return self.deliver(hold["run_id"], resume)
+
+    def expire(self, hold_id: str) -> dict[str, Any]:
+        with self.lock:
+            hold = self.holds[hold_id]
+            resume = {"hold_id": hold_id, "resolved_by": "expired", "items": [], "comment": None}
+            hold.update(status="expired", resume=resume)
+        return self.deliver(hold["run_id"], resume)
+
+    # -- the agent-facing API ---------------------------------------------------------------
+
+    def handle(self, method: str, path: str, headers: dict[str, str], body: bytes) -> tuple:
+        self.requests.append((method, path))
+        run_id = self.tokens.get(headers.get("x-agentos-run-token", ""))
+        if run_id is None:
+            return 401, {"error": "unauthorized", "message": "no valid run token"}
+        parts = [unquote(p) for p in path.strip("/").split("/")]
+        with self.lock:
+            if parts[:2] == ["v0", "holds"] and len(parts) == 2 and method == "POST":
+                return self._ask(run_id, body)
+            if parts[:2] == ["v0", "holds"] and len(parts) == 3 and method == "GET":
+                hold = self.holds.get(parts[2])
+                if hold is None or hold["run_id"] != run_id:
+                    return 404, {"error": "not_found", "message": "no such hold"}
+                return 200, hold
+            if parts[:2] == ["v0", "files"] and len(parts) == 2 and method == "POST":
+                file_id = self._next("f_")
+                self.files[file_id] = {
+                    "run_id": run_id,
+                    "name": unquote(headers.get("x-filename", "file")),
+                    "content_type": headers.get("content-type", ""),
+                    "content": body,
+                }
+                f = self.files[file_id]
+                return 201, {
+                    "file_id": file_id,
+                    "name": f["name"],
+                    "size": len(body),
+                    "content_type": f["content_type"],
+                }
+            if parts[:2] == ["v0", "runs"] and len(parts) == 2 and method == "POST":
+                return self._start_child(run_id, headers, body)
+            if parts[:2] == ["v0", "runs"] and len(parts) == 5 and parts[3] == "state":
+                if parts[2] != run_id:
+                    return 404, {"error": "not_found", "message": "no such run"}
+                return self._state(self.runs[run_id]["state"], method, parts[4], body)
+        return 404, {"error": "not_found", "message": f"{method} {path}"}
+
+    def _ask(self, run_id: str, body: bytes) -> tuple:
+        try:
+            ask = json.loads(body)
+        except ValueError:
+            return 400, {"error": "bad_json", "message": "body is not JSON"}
+        open_hold = self.open_hold(run_id)
+        if open_hold is not None:
+            return 409, {
+                "error": "hold_open",
+                "message": "the run has an open hold",
+                "hold_id": open_hold["hold_id"],
+            }
+        run_files = {k for k, f in self.files.items() if f["run_id"] == run_id}
+        errors = validate_ask(ask, run_files)
+        if errors:
+            return 422, {"error": "invalid", "message": "invalid ask", "errors": errors}
+        hold_id = self._next("h_")
+        self.holds[hold_id] = {
+            "actions": ["approve", "reject"],
+            **ask,
+            "hold_id": hold_id,
+            "run_id": run_id,
+            "capability": self.runs[run_id]["capability"],
+            "status": "pending",
+            "resume": None,
+        }
+        self.runs[run_id]["holds"].append(hold_id)
+        return 201, {"hold_id": hold_id, "status": "pending"}
+
+    def _start_child(self, run_id: str, headers: dict[str, str], body: bytes) -> tuple:
+        req = json.loads(body)
+        key = headers.get("idempotency-key")
+        if key and (run_id, key) in self.idempotency:
+            child = self.idempotency[(run_id, key)]
+            return 200, {"run_id": child, "status": self.runs[child]["status"]}
+        child = self.create_run(req["capability"], req.get("input"), endpoint="", parent=run_id)
+        self.runs[run_id]["children"].append(child)
+        if key:
+            self.idempotency[(run_id, key)] = child
+        return 201, {"run_id": child, "status": "running"}
+
+    @staticmethod
+    def _state(store: dict[str, Any], method: str, key: str, body: bytes) -> tuple:
+        if method == "PUT":
+            try:
+                store[key] = json.loads(body)
+            except ValueError:
+                return 400, {"error": "bad_json", "message": "value is not JSON"}
+            return 204, None
+        if key not in store:
+            return 404, {"error": "not_found", "message": f"no state {key!r}"}
+        if method == "DELETE":
+            del store[key]
+            return 204, None
+        return 200, store[key]
+
+
+def _make_handler(rq: FakeReviewQueue) -> type[BaseHTTPRequestHandler]:
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, format: str, *args: Any) -> None:
+            pass
+
+        def _any(self) -> None:
+            length = int(self.headers.get("content-length") or 0)
+            body = self.rfile.read(length)
+            headers = {k.lower(): v for k, v in self.headers.items()}
+            status, payload = rq.handle(self.command, urlsplit(self.path).path, headers, body)
+            data = b"" if payload is None else json.dumps(payload).encode()
+            self.send_response(status)
+            if payload is not None:
+                self.send_header("content-type", "application/json")
+            self.send_header("content-length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        do_GET = do_POST = do_PUT = do_DELETE = _any
+
+    return Handler

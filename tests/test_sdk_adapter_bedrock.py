@@ -1,0 +1,254 @@
+"""Bedrock adapter against real botocore: requests are validated and serialized by botocore,
+and answers are parsed by botocore from real AWS event-stream bytes.
+
+botocore's Stubber cannot express InvokeAgent's event stream (`completion` must be an
+EventStream), so the stub sits one step later, on `before-send`, and returns raw bytes.
+"""
+
+import base64
+import binascii
+import json
+import struct
+
+import agentos
+import boto3
+import pytest
+from agentos.adapters.bedrock import BedrockAgent, return_control_items, session_state
+from agentos.resume import Resume
+from agentos.testing import FakeReviewQueue
+from botocore.awsrequest import AWSResponse
+
+RETURN_CONTROL = {
+    "invocationId": "inv-123",
+    "invocationInputs": [
+        {
+            "functionInvocationInput": {
+                "actionGroup": "payments",
+                "function": "pay",
+                "actionInvocationType": "USER_CONFIRMATION",
+                "parameters": [
+                    {"name": "payee", "type": "string", "value": "Acme"},
+                    {"name": "amount", "type": "number", "value": "50"},
+                ],
+            }
+        },
+        {
+            "apiInvocationInput": {
+                "actionGroup": "files",
+                "apiPath": "/files/{id}",
+                "httpMethod": "DELETE",
+                "actionInvocationType": "USER_CONFIRMATION",
+                "parameters": [{"name": "id", "type": "string", "value": "f-9"}],
+            }
+        },
+    ],
+}
+
+
+def frame(event_type, payload):
+    headers = b""
+    for name, value in (
+        (":message-type", "event"),
+        (":event-type", event_type),
+        (":content-type", "application/json"),
+    ):
+        headers += bytes([len(name)]) + name.encode() + b"\x07"
+        headers += struct.pack(">H", len(value)) + value.encode()
+    body = json.dumps(payload).encode()
+    total = 12 + len(headers) + len(body) + 4
+    prelude = struct.pack(">II", total, len(headers))
+    prelude += struct.pack(">I", binascii.crc32(prelude))
+    message = prelude + headers + body
+    return message + struct.pack(">I", binascii.crc32(message))
+
+
+def chunk(text):
+    return frame("chunk", {"bytes": base64.b64encode(text.encode()).decode()})
+
+
+class Raw:
+    def __init__(self, data):
+        self.data = data
+
+    def stream(self, *args, **kwargs):
+        yield self.data
+
+
+class FakeBedrock:
+    """Answers each InvokeAgent with the next scripted event list; records every request."""
+
+    def __init__(self, *answers):
+        self.answers = list(answers)
+        self.requests = []
+        self.client = boto3.client(
+            "bedrock-agent-runtime",
+            region_name="us-east-1",
+            aws_access_key_id="test",
+            aws_secret_access_key="test",
+        )
+        self.client.meta.events.register("before-send.bedrock-agent-runtime.InvokeAgent", self.send)
+
+    def send(self, request, **kwargs):
+        self.requests.append((request.url, json.loads(request.body)))
+        data = b"".join(self.answers.pop(0))
+        headers = {
+            "content-type": "application/vnd.amazon.eventstream",
+            "x-amz-bedrock-agent-session-id": "s",
+        }
+        return AWSResponse(request.url, 200, headers, Raw(data))
+
+
+@pytest.fixture
+def rq():
+    with FakeReviewQueue() as fake:
+        yield fake
+
+
+@pytest.fixture
+def agent(rq):
+    servers = []
+
+    def start(handler):
+        server = agentos.Server({"refunds": handler}, port=0, secret=rq.secret).start()
+        servers.append(server)
+        return server
+
+    yield start
+    for server in servers:
+        server.stop()
+
+
+class Clock:
+    def __init__(self):
+        self.now = 1_000_000.0
+
+    def __call__(self):
+        return self.now
+
+
+def test_it_turns_a_return_control_block_into_items():
+    assert return_control_items(RETURN_CONTROL) == [
+        {
+            "id": "1.payments.pay",
+            "title": 'payments.pay(payee="Acme", amount="50")',
+            "data": {"payee": "Acme", "amount": "50"},
+        },
+        {
+            "id": "2.files: DELETE /files/{id}",
+            "title": 'files: DELETE /files/{id}(id="f-9")',
+            "data": {"id": "f-9"},
+        },
+    ]
+
+
+def test_it_turns_a_decision_into_confirm_and_deny_results():
+    resume = Resume.from_json(
+        {
+            "hold_id": "h_1",
+            "resolved_by": "human",
+            "comment": "no",
+            "items": [
+                {"id": "1.payments.pay", "action": "approve", "data": {}, "comment": None},
+                {
+                    "id": "2.files: DELETE /files/{id}",
+                    "action": "reject",
+                    "data": {},
+                    "comment": "no",
+                },
+            ],
+        }
+    )
+    state = session_state(RETURN_CONTROL, resume)
+    assert state["invocationId"] == "inv-123"
+    pay, delete = state["returnControlInvocationResults"]
+    assert pay["functionResult"]["confirmationState"] == "CONFIRM"
+    assert (pay["functionResult"]["actionGroup"], pay["functionResult"]["function"]) == (
+        "payments",
+        "pay",
+    )
+    assert delete["apiResult"]["confirmationState"] == "DENY"
+    assert delete["apiResult"]["responseBody"] == {"TEXT": {"body": "no"}}
+
+
+def test_it_holds_a_return_control_and_answers_in_the_same_session(rq, agent):
+    bedrock = FakeBedrock(
+        [chunk("Checking… "), frame("returnControl", RETURN_CONTROL)],
+        [chunk("Paid Acme; kept the file.")],
+    )
+    clock = Clock()
+    server = agent(BedrockAgent(bedrock.client, "AGENT1", "ALIAS1", idle_session_ttl=600, clock=clock))
+    run_id = rq.start_run("refunds", {"prompt": "pay Acme and delete f-9"}, endpoint=server.url)
+    hold = rq.open_hold(run_id)
+    assert hold["actions"] == ["approve", "reject"]
+    assert [i["data"] for i in hold["items"]] == [{"payee": "Acme", "amount": "50"}, {"id": "f-9"}]
+    url, first = bedrock.requests[0]
+    assert "/agents/AGENT1/agentAliases/ALIAS1/sessions/" in url
+    assert first["inputText"] == "pay Acme and delete f-9"
+
+    clock.now += 300
+    answer = rq.decide(
+        hold["hold_id"],
+        [
+            {"id": hold["items"][0]["id"], "action": "approve"},
+            {"id": hold["items"][1]["id"], "action": "reject", "comment": "keep it"},
+        ],
+    )
+    assert answer == {"status": "completed", "output": "Paid Acme; kept the file."}
+    url2, second = bedrock.requests[1]
+    assert url2 == url  # the same session
+    assert "inputText" not in second
+    results = second["sessionState"]["returnControlInvocationResults"]
+    assert second["sessionState"]["invocationId"] == "inv-123"
+    assert results[0]["functionResult"]["confirmationState"] == "CONFIRM"
+    assert results[1]["apiResult"]["confirmationState"] == "DENY"
+    assert results[1]["apiResult"]["responseBody"]["TEXT"]["body"] == "keep it"
+
+
+def test_it_starts_a_new_session_with_the_decision_when_the_idle_ttl_passed(rq, agent):
+    pay_only = {"invocationId": "inv-1", "invocationInputs": RETURN_CONTROL["invocationInputs"][:1]}
+    pay_again = {
+        "invocationId": "inv-2",
+        "invocationInputs": RETURN_CONTROL["invocationInputs"][:1],
+    }
+    bedrock = FakeBedrock(
+        [frame("returnControl", pay_only)],
+        [frame("returnControl", pay_again)],  # the new session asks for the approved call
+        [chunk("Paid Acme 50.")],
+    )
+    clock = Clock()
+    ran = []
+    server = agent(
+        BedrockAgent(
+            bedrock.client,
+            "AGENT1",
+            "ALIAS1",
+            idle_session_ttl=600,
+            clock=clock,
+            run_action=lambda e: ran.append(e) or "paid",
+        )
+    )
+    run_id = rq.start_run("refunds", {"prompt": "pay Acme"}, endpoint=server.url)
+    hold = rq.open_hold(run_id)
+
+    clock.now += 601
+    answer = rq.decide(hold["hold_id"], [{"id": hold["items"][0]["id"], "action": "approve"}])
+    assert answer["output"] == "Paid Acme 50."
+    assert len(rq.runs[run_id]["holds"]) == 1  # the reviewer is not asked twice
+    (url1, _), (url2, new), (url3, confirm) = bedrock.requests
+    assert url2 != url1 and url3 == url2
+    assert new["inputText"].startswith("pay Acme\n")
+    assert "APPROVED" in new["inputText"] and '"payee": "Acme"' in new["inputText"]
+    result = confirm["sessionState"]["returnControlInvocationResults"][0]["functionResult"]
+    assert result["confirmationState"] == "CONFIRM"
+    assert result["responseBody"]["TEXT"]["body"] == "paid"
+    assert len(ran) == 1
+
+
+def test_it_denies_everything_when_the_hold_expires(rq, agent):
+    bedrock = FakeBedrock([frame("returnControl", RETURN_CONTROL)], [chunk("Nothing done.")])
+    server = agent(BedrockAgent(bedrock.client, "A", "B", clock=Clock()))
+    run_id = rq.start_run("refunds", {"prompt": "go"}, endpoint=server.url)
+    answer = rq.expire(rq.open_hold(run_id)["hold_id"])
+    assert answer["output"] == "Nothing done."
+    results = bedrock.requests[1][1]["sessionState"]["returnControlInvocationResults"]
+    assert [next(iter(r.values()))["confirmationState"] for r in results] == ["DENY", "DENY"]
