@@ -24,7 +24,7 @@ from django.db.models import F, Q
 from django.db.models.functions import Now
 from django.utils import timezone
 
-from . import outbox
+from . import notifications, outbox
 from .auth import SYSTEM, Actor, actor_for_invocation, may_decide, run_token_hash
 from .errors import Conflict, Forbidden, Invalid, NotFound
 from .models import (
@@ -776,6 +776,7 @@ def person_add(*, username: str, role: str, password: str | None, actor: Actor, 
 
     from .models import Membership
 
+    _require_admin(actor)
     user_model = get_user_model()
     with transaction.atomic():
         user, created = user_model.objects.get_or_create(username=username, defaults={"email": email})
@@ -792,8 +793,103 @@ def service_account_create(*, name: str, role: str, actor: Actor):
     from .auth import new_service_key
     from .models import ServiceAccount
 
+    _require_admin(actor)
     key, key_hash, prefix = new_service_key()
     with transaction.atomic():
         account = ServiceAccount.objects.create(name=name, role=role, key_hash=key_hash, key_prefix=prefix)
         audit("service_account.created", actor, name=name, role=role)
     return account, key
+
+
+def _require_admin(actor: Actor) -> None:
+    if not actor.is_admin and actor is not SYSTEM:
+        raise Forbidden("only admins manage people, service accounts and approvers")
+
+
+def person_set_role(*, user_id: int, role: str, actor: Actor) -> None:
+    from .models import Membership, Role
+
+    _require_admin(actor)
+    if role not in Role.values:
+        raise Invalid([{"field": "role", "message": f"one of {', '.join(Role.values)}"}])
+    with transaction.atomic():
+        membership = Membership.objects.select_for_update().filter(user_id=user_id).select_related("user").first()
+        if membership is None:
+            raise NotFound("no such person")
+        before = membership.role
+        membership.role = role
+        membership.save(update_fields=["role"])
+        membership.user.is_staff = role == "admin"
+        membership.user.save(update_fields=["is_staff"])
+        audit("person.role_changed", actor, username=membership.user.username, before=before, after=role)
+
+
+def person_set_active(*, user_id: int, active: bool, actor: Actor) -> None:
+    from django.contrib.auth import get_user_model
+
+    _require_admin(actor)
+    with transaction.atomic():
+        user = get_user_model().objects.select_for_update().filter(pk=user_id).first()
+        if user is None:
+            raise NotFound("no such person")
+        if actor.kind == "user" and actor.user.pk == user.pk and not active:
+            raise Conflict("you cannot deactivate yourself", code="self")
+        before = user.is_active
+        user.is_active = active
+        user.save(update_fields=["is_active"])
+        # No session clean-up needed: Django's auth backend refuses inactive users on their
+        # very next request, so a deactivated person is signed out at once.
+        audit(
+            "person.activated" if active else "person.deactivated",
+            actor,
+            username=user.username,
+            before=before,
+            after=active,
+        )
+
+
+def service_account_set_role(*, account_id: int, role: str, actor: Actor) -> None:
+    from .models import Role, ServiceAccount
+
+    _require_admin(actor)
+    if role not in Role.values:
+        raise Invalid([{"field": "role", "message": f"one of {', '.join(Role.values)}"}])
+    with transaction.atomic():
+        account = ServiceAccount.objects.select_for_update().filter(pk=account_id).first()
+        if account is None:
+            raise NotFound("no such service account")
+        before, account.role = account.role, role
+        account.save(update_fields=["role"])
+        audit("service_account.role_changed", actor, name=account.name, before=before, after=role)
+
+
+def service_account_revoke(*, account_id: int, actor: Actor) -> None:
+    from .models import ServiceAccount
+
+    _require_admin(actor)
+    with transaction.atomic():
+        won = ServiceAccount.objects.filter(pk=account_id, revoked_at__isnull=True).update(revoked_at=timezone.now())
+        account = ServiceAccount.objects.filter(pk=account_id).first()
+        if account is None:
+            raise NotFound("no such service account")
+        if won != 1:
+            raise Conflict(f"{account.name} is already revoked", code="revoked")
+        audit("service_account.revoked", actor, name=account.name)
+
+
+def capability_set_approvers(*, capability_id: int, approvers: list[str], self_approval: bool | None, actor: Actor):
+    _require_admin(actor)
+    if not approvers or any(a not in ("admin", "member") for a in approvers):
+        raise Invalid([{"field": "approvers", "message": "a non-empty list of roles from admin, member"}])
+    with transaction.atomic():
+        capability = Capability.objects.select_for_update().filter(pk=capability_id).first()
+        if capability is None:
+            raise NotFound("no such capability")
+        before = {"approvers": capability.approvers, "self_approval": capability.self_approval}
+        capability.approvers = list(dict.fromkeys(approvers))
+        if self_approval is not None:
+            capability.self_approval = self_approval
+        capability.save(update_fields=["approvers", "self_approval", "updated_at"])
+        after = {"approvers": capability.approvers, "self_approval": capability.self_approval}
+        audit("capability.approvers_changed", actor, capability=capability.name, before=before, after=after)
+    return capability
