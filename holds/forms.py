@@ -12,6 +12,7 @@ import re
 from dataclasses import dataclass, field
 
 from .models import Hold, HoldItem
+from .rendering import json_type
 from .schemas import blank_to_none, canonical_json, finite_float, parse_json, validate_decision
 
 ACTION_LABELS = {"approve": "Approve", "edit": "Edit", "reject": "Reject", "feedback": "Feedback"}
@@ -56,6 +57,10 @@ class EditField:
     text: str  # what the input holds now (the original, or what was posted)
     checked: bool = False  # checkbox: true; null: "keep null"
     error: str = ""
+
+    @property
+    def json_type(self) -> str:
+        return json_type(self.original)
 
 
 @dataclass
@@ -186,7 +191,8 @@ class DecisionForm:
         return counts
 
     def decision_json(self) -> str:
-        return json.dumps(self.body, ensure_ascii=False)
+        # ASCII only: form posts rewrite line breaks, and \\uXXXX escapes carry every character intact.
+        return json.dumps(self.body, ensure_ascii=True)
 
 
 def parse_typed(ef: EditField):

@@ -24,7 +24,7 @@ from django.db.models import F, Q
 from django.db.models.functions import Now
 from django.utils import timezone
 
-from . import notifications, outbox
+from . import outbox
 from .auth import SYSTEM, Actor, actor_for_invocation, may_decide, run_token_hash
 from .errors import Conflict, Forbidden, Invalid, NotFound
 from .models import (
