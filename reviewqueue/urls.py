@@ -19,5 +19,6 @@ v0 = [
 urlpatterns = [
     path("v0/", include(v0)),
     path("admin/", admin.site.urls),
+    path("", include("holds.ops_urls")),
     path("", include("holds.urls")),
 ]

