@@ -6,6 +6,7 @@ manage.py seed_holds --demo-runs   start the demo runs (once), through the real 
 
 import json
 import secrets
+import time
 from pathlib import Path
 
 from django.conf import settings
@@ -13,7 +14,7 @@ from django.contrib.auth import get_user_model
 from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError
 
-from holds import services
+from holds import seeding, services
 from holds.auth import SYSTEM
 from holds.models import Capability, Run
 
@@ -37,14 +38,34 @@ class Command(BaseCommand):
         parser.add_argument("--demo", action="store_true", help="demo people, capability and agent secret")
         parser.add_argument("--demo-runs", action="store_true", help="start the demo runs if none exist")
         parser.add_argument("--config", default=str(settings.BASE_DIR / "agentos.yaml"))
+        parser.add_argument("--holds", type=int, help="bulk: how many holds")
+        parser.add_argument("--capabilities", type=int, default=5)
+        parser.add_argument("--items", type=int, default=2)
+        parser.add_argument("--due", action="store_true", help="bulk: every pending hold is past its expiry")
 
     def handle(self, *args, **options):
         if options["demo"]:
             self.demo(Path(options["config"]))
         elif options["demo_runs"]:
             self.demo_runs()
+        elif options["holds"]:
+            self.bulk(options["holds"], options["capabilities"], options["items"], options["due"])
         else:
-            raise CommandError("say what to seed: --demo or --demo-runs")
+            raise CommandError("say what to seed: --demo, --demo-runs or --holds N")
+
+    def bulk(self, holds: int, capability_count: int, items: int, due: bool) -> None:
+        if not 1 <= items <= 100 or holds < 1 or capability_count < 1:
+            raise CommandError("--holds and --capabilities at least 1, --items from 1 to 100")
+        start = time.monotonic()
+        counts = seeding.seed(
+            holds=holds,
+            capability_count=capability_count,
+            items=items,
+            due=due,
+            progress=lambda n: self.stderr.write(f"  {n} holds"),
+        )
+        elapsed = time.monotonic() - start
+        self.stdout.write(f"seeded {holds} holds in {elapsed:.1f}s ({holds / elapsed:.0f}/s): {counts}")
 
     def demo(self, config: Path) -> None:
         credentials_file = settings.RQ_VAR_DIR / "demo-credentials.json"

@@ -1,0 +1,125 @@
+"""Exactly one winner and exactly one resume, under real concurrency on PostgreSQL.
+
+Each contender is a thread with its own database connection, released together by a barrier.
+"""
+
+import datetime as dt
+import threading
+import time
+
+import pytest
+from django.db import connections
+from django.utils import timezone
+
+from holds import seeding, services
+from holds.auth import actor_for_account
+from holds.errors import Conflict
+from holds.models import Hold, Invocation
+from tests import factories
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.needs_postgres]
+
+TRIALS = 200
+APPROVE = {"items": [{"id": "INV-1", "action": "approve"}, {"id": "INV-2", "action": "approve"}]}
+REJECT = {"items": [{"id": "INV-1", "action": "reject"}, {"id": "INV-2", "action": "reject"}], "comment": "no"}
+
+
+def race(*contenders):
+    """Runs each callable in its own thread at the same moment; returns their results or errors."""
+    barrier = threading.Barrier(len(contenders))
+    results = [None] * len(contenders)
+
+    def run(i, fn):
+        try:
+            barrier.wait()
+            results[i] = fn()
+        except Exception as exc:  # the loser's 409 is a result here
+            results[i] = exc
+        finally:
+            connections.close_all()
+
+    threads = [threading.Thread(target=run, args=(i, fn)) for i, fn in enumerate(contenders)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return results
+
+
+@pytest.fixture
+def deciders(db):
+    return [actor_for_account(factories.account(f"bot{n}", role="member")[0]) for n in range(2)]
+
+
+def decide(actor, hold, body):
+    return lambda: services.hold_decide(hold_id=hold.pk, actor=actor, body=body)
+
+
+def test_two_concurrent_approvals_have_one_winner(cap, deciders):
+    winners = 0
+    for _ in range(TRIALS):
+        run, hold = factories.held_hold(cap)
+        results = race(decide(deciders[0], hold, APPROVE), decide(deciders[1], hold, APPROVE))
+        wins = [r for r in results if isinstance(r, Hold)]
+        losses = [r for r in results if isinstance(r, Conflict)]
+        assert len(wins) == 1 and len(losses) == 1, results
+        assert losses[0].code == "already_decided" and losses[0].extra["decided_by"] == wins[0].decided_by
+        assert Invocation.objects.filter(hold=hold).count() == 1
+        winners += 1
+    assert winners == TRIALS
+
+
+def test_approve_against_reject_has_one_final_state(cap, deciders):
+    for _ in range(TRIALS):
+        run, hold = factories.held_hold(cap)
+        results = race(decide(deciders[0], hold, APPROVE), decide(deciders[1], hold, REJECT))
+        assert sum(isinstance(r, Hold) for r in results) == 1, results
+        resume = Invocation.objects.get(hold=hold).resume
+        actions = {i["action"] for i in resume["items"]}
+        assert actions in ({"approve"}, {"reject"})
+        assert set(Hold.objects.get(pk=hold.pk).items.values_list("action", flat=True)) == actions
+
+
+def test_approve_against_the_sweep_at_expires_at(cap, deciders):
+    outcomes = {"decided": 0, "expired": 0}
+    for _ in range(TRIALS):
+        run, hold = factories.held_hold(cap)
+        at = timezone.now() + dt.timedelta(milliseconds=30)
+        Hold.objects.filter(pk=hold.pk).update(expires_at=at)
+
+        def at_expiry(fn):
+            def wrapped():
+                time.sleep(max(0.0, (at - timezone.now()).total_seconds()))
+                return fn()
+
+            return wrapped
+
+        race(at_expiry(decide(deciders[0], hold, APPROVE)), at_expiry(services.holds_expire_due))
+        if Hold.objects.get(pk=hold.pk).status == "pending":
+            services.holds_expire_due()  # the sweep ran a hair early; the clock has passed now
+        final = Hold.objects.get(pk=hold.pk).status
+        assert final in outcomes
+        outcomes[final] += 1
+        resumes = list(Invocation.objects.filter(hold=hold).values_list("resume", flat=True))
+        assert len(resumes) == 1
+        assert resumes[0]["resolved_by"] == ("human" if final == "decided" else "expired")
+    assert sum(outcomes.values()) == TRIALS
+
+
+def test_two_sweepers_expire_each_of_1000_holds_once(db):
+    seeding.seed(holds=1000, capability_count=2, items=1, mix=(1.0, 0.0, 0.0), due=True)
+    assert Hold.objects.filter(status="pending", expires_at__lte=timezone.now()).count() == 1000
+
+    def sweeper():
+        total = 0
+        while (n := services.holds_expire_due(limit=100)) or total == 0:
+            total += n
+            if n == 0:
+                break
+        return total
+
+    results = race(sweeper, sweeper)
+    assert not any(isinstance(r, Exception) for r in results), results
+    assert sum(results) == 1000
+    assert Hold.objects.filter(status="expired").count() == 1000
+    assert Invocation.objects.filter(kind="resume").count() == 1000
