@@ -54,7 +54,7 @@ def pay_invoices(inv: agentos.Invocation) -> dict[str, Any]:
             items,
             actions=["approve", "edit", "reject"],
             details="Approve to pay as shown, **edit** the payee or amount first, or reject.",
-            expires_in=86400,
+            expires_in=(inv.input or {}).get("expires_in", 86400),
         )
     paid = []
     for decided in inv.resume.approved:  # approved or edited, with the data as decided

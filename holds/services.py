@@ -493,7 +493,7 @@ def invocation_claim(*, invocation_id: str) -> Claim | None:
                 status=Invocation.Status.PARKED, lease_until=None
             )
             return None
-        lease = now + timedelta(seconds=capability.timeout_seconds + 30)
+        lease = now + timedelta(seconds=capability.timeout_seconds + settings.RQ_LEASE_GRACE)
         won = Invocation.objects.filter(
             pk=invocation.pk, status=invocation.status, attempts=invocation.attempts
         ).update(

@@ -72,6 +72,7 @@ def queue(request):
         "all_url": reverse("queue") + "?" + urlencode({**filters, "all": "1"}),
         "mine_url": reverse("queue") + "?" + urlencode({k: v for k, v in filters.items() if k != "all"}),
         "filtered": bool(capability or search),
+        "nav": "queue",
     }
     template = "holds/queue.html" + ("#queue-rows" if request.htmx else "")
     return render(request, template, context)
@@ -215,6 +216,7 @@ def hold_review(request, hold_id: str):
         "form": form,
         "items": _item_views(form),
         "copied_to": sum(1 for f in form.items if f.action in ("edit", "reject", "feedback")),
+        "role": actor.role,
     }
     template = "holds/review.html" + ("#last-look" if request.htmx else "")
     return render(request, template, context)
@@ -271,6 +273,7 @@ def _refused(request, hold: Hold, exc) -> object:
         "extra": exc.extra,
         "errors": getattr(exc, "errors", []),
         "by_you": bool(hold.decided_by) and hold.decided_by == request.user.get_username(),
+        "role": actor_for_user(request.user).role,
     }
     template = "holds/refused.html" + ("#refusal" if request.htmx else "")
     return render(request, template, context, status=exc.status)
@@ -282,7 +285,7 @@ def _refused(request, hold: Hold, exc) -> object:
 @require_GET
 @login_required
 def history(request):
-    _viewer(request)
+    actor = _viewer(request)
     capabilities = list(Capability.objects.order_by("name"))
     capability = {c.name: c for c in capabilities}.get(request.GET.get("capability", ""))
     status = request.GET.get("status", "")
@@ -308,6 +311,8 @@ def history(request):
         else "",
         "first_url": reverse("history") + ("?" + urlencode(filters) if filters else ""),
         "filtered": bool(filters),
+        "nav": "history",
+        "role": actor.role,
     }
     template = "holds/history.html" + ("#history-rows" if request.htmx else "")
     return render(request, template, context)

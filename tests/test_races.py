@@ -87,7 +87,7 @@ def test_approve_against_the_sweep_at_expires_at(cap, deciders):
         at = timezone.now() + dt.timedelta(milliseconds=30)
         Hold.objects.filter(pk=hold.pk).update(expires_at=at)
 
-        def at_expiry(fn):
+        def at_expiry(fn, at=at):
             def wrapped():
                 time.sleep(max(0.0, (at - timezone.now()).total_seconds()))
                 return fn()
