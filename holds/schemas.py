@@ -191,3 +191,129 @@ def parse_json(raw: bytes) -> Any:
 
 def canonical_json(value: Any) -> str:
     return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+# --- responses (the OpenAPI document describes them; the API builds them in serializers.py) ---
+
+
+class Open(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+
+class ErrorOut(Open):
+    error: str
+    message: str
+
+
+class FieldError(BaseModel):
+    field: str
+    message: str
+
+
+class InvalidOut(ErrorOut):
+    errors: list[FieldError]
+
+
+class HoldCreatedOut(BaseModel):
+    hold_id: str
+    status: Literal["pending"]
+
+
+class ResumeItemOut(BaseModel):
+    id: str
+    action: Action
+    data: dict[str, Any]
+    comment: str | None
+
+
+class ResumeOut(BaseModel):
+    hold_id: str
+    resolved_by: Literal["human", "expired"]
+    items: list[ResumeItemOut]
+    comment: str | None
+
+
+class HoldItemOut(BaseModel):
+    id: str
+    title: str
+    data: dict[str, Any]
+    confidence: dict[str, float] | None = None
+
+
+class HoldOut(BaseModel):
+    hold_id: str
+    run_id: str
+    capability: str
+    status: Literal["pending", "decided", "expired", "cancelled"]
+    intent: str
+    actions: list[Action]
+    items: list[HoldItemOut]
+    details: str
+    files: list[str]
+    expires_at: str | None
+    created_at: str
+    decided_by: str | None
+    decided_at: str | None
+    resume: ResumeOut | None
+
+
+class HoldBriefOut(BaseModel):
+    hold_id: str
+    run_id: str
+    capability: str
+    status: str
+    intent: str
+    created_at: str
+    expires_at: str | None
+    decided_by: str | None
+    decided_at: str | None
+
+
+class HoldListOut(BaseModel):
+    items: list[HoldBriefOut]
+    next_cursor: str | None
+
+
+class DecisionOut(BaseModel):
+    hold_id: str
+    status: Literal["decided"]
+    decided_by: str
+    decided_at: str
+
+
+class RunCreatedOut(BaseModel):
+    run_id: str
+    status: str
+
+
+class HoldRef(BaseModel):
+    hold_id: str
+    status: str
+
+
+class RunOut(BaseModel):
+    run_id: str
+    capability: str
+    version: str
+    status: Literal["running", "held", "completed", "failed"]
+    seq: int
+    input: Any
+    output: Any
+    error: str | None
+    parent: str | None
+    children: list[str]
+    holds: list[HoldRef]
+    created_at: str
+
+
+class FileOut(BaseModel):
+    file_id: str
+    name: str
+    size: int
+    content_type: str
+    sha256: str
+
+
+class InvocationRetryOut(BaseModel):
+    invocation_id: str
+    status: str

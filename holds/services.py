@@ -206,13 +206,14 @@ def hold_ask(*, invocation: Invocation, body) -> Hold:
     unique index on pending holds per run makes a concurrent second ask fail, not double.
     """
     run = invocation.run
-    open_hold = Hold.objects.filter(run=run, status=Hold.Status.PENDING).values_list("pk", flat=True).first()
-    if open_hold:
-        raise Conflict("this run already has an open hold", code="hold_open", hold_id=f"h_{open_hold}")
     ask, errors = validate_ask(body)
     file_ids = body.get("files") if isinstance(body, dict) and isinstance(body.get("files"), list) else []
-    errors += _file_errors(run, file_ids)
+    if file_ids:
+        errors += _file_errors(run, file_ids)
     if errors:
+        # An open hold answers 409 even for a bad body (SPEC's order); looked up only on this path
+        # so that a good ask costs no extra query: the partial unique index refuses a second one.
+        _refuse_if_open(run)
         raise Invalid(errors)
     items = [item.model_dump(exclude_none=False) for item in ask.items]
     for item in items:
@@ -264,12 +265,16 @@ def hold_ask(*, invocation: Invocation, body) -> Hold:
                 expires_in=ask.expires_in,
             )
     except IntegrityError:
-        # Only the partial unique index can fail here: a concurrent ask of the same run won.
-        open_hold = Hold.objects.filter(run=run, status=Hold.Status.PENDING).values_list("pk", flat=True).first()
-        if open_hold is None:
-            raise
-        raise Conflict("this run already has an open hold", code="hold_open", hold_id=f"h_{open_hold}") from None
+        # The partial unique index on pending holds: this run has asked already.
+        _refuse_if_open(run)
+        raise
     return hold
+
+
+def _refuse_if_open(run: Run) -> None:
+    open_hold = Hold.objects.filter(run=run, status=Hold.Status.PENDING).values_list("pk", flat=True).first()
+    if open_hold is not None:
+        raise Conflict("this run already has an open hold", code="hold_open", hold_id=f"h_{open_hold}")
 
 
 def _file_errors(run: Run, file_ids: list) -> list[dict]:

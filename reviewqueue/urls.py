@@ -1,7 +1,7 @@
 from django.contrib import admin
 from django.urls import include, path
 
-from holds import api
+from holds import api, openapi
 
 v0 = [
     path("holds", api.holds, name="api-holds"),
@@ -14,6 +14,8 @@ v0 = [
     path("files", api.files, name="api-files"),
     path("files/<str:file_id>", api.file_download, name="api-file"),
     path("invocations/<str:invocation_id>/retry", api.invocation_retry, name="api-invocation-retry"),
+    path("openapi.json", openapi.openapi_json, name="api-openapi"),
+    path("docs", openapi.docs, name="api-docs"),
 ]
 
 urlpatterns = [

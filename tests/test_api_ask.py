@@ -201,3 +201,11 @@ def test_it_refuses_numbers_beyond_float64(api, live):
     raw = '{"intent": "n", "items": [{"id": "a", "title": "t", "data": {"e": 1e400}}]}'
     response = api.post("/v0/holds", raw=raw, token=live[2])
     assert response.status_code == 400 and response.json()["error"] == "bad_json"
+
+
+@pytest.mark.parametrize("n_items", [1, 100])
+def test_one_ask_costs_six_queries_whatever_its_size(api, live, n_items, django_assert_num_queries):
+    # token lookup, savepoint, hold, items (one bulk INSERT), audit, release
+    with django_assert_num_queries(6):
+        response = api.post("/v0/holds", factories.ask_body(n_items), token=live[2])
+    assert response.status_code == 201

@@ -102,7 +102,7 @@ def test_redis_stopped_while_people_decide_loses_and_duplicates_nothing(procs, s
         pairs = [factories.held_hold(cap) for _ in range(20)]
         account = factories.account("decider", role="member")[0]
         procs.kill("redis")
-        for run, hold in pairs:
+        for _, hold in pairs:
             services.hold_decide(hold_id=hold.pk, actor=actor_for_account(account), body=APPROVE)
         time.sleep(2)
         assert all(Run.objects.get(pk=run.pk).status == "held" for run, _ in pairs)  # nothing was sent

@@ -1,0 +1,252 @@
+"""The OpenAPI 3.1 document of /v0/, built from the pydantic models in schemas.py.
+
+One source: the request models are the ones the API validates with, so the document cannot drift
+from what the server accepts. Error answers follow SPEC's check order and codes.
+"""
+
+from functools import cache
+
+from django.http import JsonResponse
+from django.shortcuts import render
+
+from . import schemas
+
+TOKEN = [{"runToken": []}]
+KEY = [{"serviceKey": []}]
+SESSION = [{"session": []}]
+
+
+def _ref(model) -> dict:
+    return {"$ref": f"#/components/schemas/{model.__name__}"}
+
+
+def _json(model_or_schema, description: str) -> dict:
+    schema = model_or_schema if isinstance(model_or_schema, dict) else _ref(model_or_schema)
+    return {"description": description, "content": {"application/json": {"schema": schema}}}
+
+
+def _errors(*codes: int) -> dict:
+    text = {
+        400: "bad_json: the body is not JSON",
+        401: "unauthorized: missing, unknown, superseded or finished token or key",
+        403: "forbidden",
+        404: "not_found",
+        405: "method_not_allowed",
+        409: "a conflict (hold_open, already_decided, expired, cancelled, …)",
+        413: "too_large: the raw body is over the limit",
+        422: "invalid: every bad field by path (or idempotency_mismatch)",
+    }
+    return {str(code): _json(schemas.InvalidOut if code == 422 else schemas.ErrorOut, text[code]) for code in codes}
+
+
+def _op(summary, *, security, responses, body=None, params=(), raw_body=None) -> dict:
+    op = {"summary": summary, "security": security, "responses": responses, "parameters": list(params)}
+    if body is not None:
+        op["requestBody"] = {"required": True, "content": {"application/json": {"schema": _ref(body)}}}
+    if raw_body is not None:
+        op["requestBody"] = raw_body
+    return op
+
+
+def _path_param(name: str, pattern: str) -> dict:
+    return {"name": name, "in": "path", "required": True, "schema": {"type": "string", "pattern": pattern}}
+
+
+@cache
+def document() -> dict:
+    models = [
+        schemas.AskIn,
+        schemas.DecisionIn,
+        schemas.RunStartIn,
+        schemas.ErrorOut,
+        schemas.InvalidOut,
+        schemas.HoldCreatedOut,
+        schemas.HoldOut,
+        schemas.HoldListOut,
+        schemas.DecisionOut,
+        schemas.RunCreatedOut,
+        schemas.RunOut,
+        schemas.FileOut,
+        schemas.InvocationRetryOut,
+    ]
+    components: dict = {}
+    for model in models:
+        schema = model.model_json_schema(ref_template="#/components/schemas/{model}")
+        for name, definition in schema.pop("$defs", {}).items():
+            components[name] = definition
+        components[model.__name__] = schema
+    reader = TOKEN + KEY + SESSION
+    hold_id = _path_param("hold_id", "^h_[0-9]+$")
+    run_id = _path_param("run_id", "^r_[0-9]+$")
+    key_param = {"name": "key", "in": "path", "required": True, "schema": {"type": "string", "minLength": 1}}
+    any_json = {"description": "the stored JSON value", "content": {"application/json": {"schema": {}}}}
+    paths = {
+        "/v0/holds": {
+            "post": _op(
+                "Ask: open a hold for the token's run",
+                security=TOKEN,
+                body=schemas.AskIn,
+                responses={"201": _json(schemas.HoldCreatedOut, "the hold"), **_errors(400, 401, 403, 409, 413, 422)},
+            ),
+            "get": _op(
+                "List holds the caller may see (newest first, keyset pages)",
+                security=reader,
+                params=[
+                    {"name": n, "in": "query", "required": False, "schema": {"type": "string"}}
+                    for n in ("status", "capability", "cursor")
+                ],
+                responses={"200": _json(schemas.HoldListOut, "a page"), **_errors(401, 403, 422)},
+            ),
+        },
+        "/v0/holds/{hold_id}": {
+            "get": _op(
+                "Read a hold",
+                security=reader,
+                params=[hold_id],
+                responses={"200": _json(schemas.HoldOut, "the hold"), **_errors(401, 403, 404)},
+            ),
+        },
+        "/v0/holds/{hold_id}/decision": {
+            "post": _op(
+                "Decide a hold, once",
+                security=KEY + SESSION,
+                params=[hold_id],
+                body=schemas.DecisionIn,
+                responses={"200": _json(schemas.DecisionOut, "decided"), **_errors(400, 401, 403, 404, 409, 413, 422)},
+            ),
+        },
+        "/v0/runs": {
+            "post": _op(
+                "Start a run (a child run with a run token)",
+                security=reader,
+                body=schemas.RunStartIn,
+                params=[
+                    {
+                        "name": "Idempotency-Key",
+                        "in": "header",
+                        "required": False,
+                        "schema": {"type": "string", "maxLength": 200},
+                    }
+                ],
+                responses={
+                    "201": _json(schemas.RunCreatedOut, "started"),
+                    "200": _json(schemas.RunCreatedOut, "the run this Idempotency-Key started"),
+                    **_errors(400, 401, 403, 413, 422),
+                },
+            ),
+        },
+        "/v0/runs/{run_id}": {
+            "get": _op(
+                "Read a run",
+                security=reader,
+                params=[run_id],
+                responses={"200": _json(schemas.RunOut, "the run"), **_errors(401, 403, 404)},
+            ),
+        },
+        "/v0/runs/{run_id}/fail": {
+            "post": _op(
+                "Fail a run (admins); its pending hold is cancelled",
+                security=KEY + SESSION,
+                params=[run_id],
+                raw_body={
+                    "required": False,
+                    "content": {
+                        "application/json": {"schema": {"type": "object", "properties": {"reason": {"type": "string"}}}}
+                    },
+                },
+                responses={"200": _json(schemas.RunOut, "the failed run"), **_errors(400, 401, 403, 404, 409, 413)},
+            ),
+        },
+        "/v0/runs/{run_id}/state/{key}": {
+            "get": _op(
+                "Read a run-state value",
+                security=reader,
+                params=[run_id, key_param],
+                responses={"200": any_json, **_errors(401, 403, 404)},
+            ),
+            "put": _op(
+                "Write a run-state value (raw JSON, at most 1 MiB)",
+                security=TOKEN,
+                params=[run_id, key_param],
+                raw_body={"required": True, "content": {"application/json": {"schema": {}}}},
+                responses={"204": {"description": "stored"}, **_errors(400, 401, 403, 404, 413)},
+            ),
+            "delete": _op(
+                "Delete a run-state value",
+                security=TOKEN,
+                params=[run_id, key_param],
+                responses={"204": {"description": "deleted"}, **_errors(401, 403, 404)},
+            ),
+        },
+        "/v0/files": {
+            "post": _op(
+                "Upload a file of the token's run (raw body, at most 25 MiB)",
+                security=TOKEN,
+                params=[
+                    {
+                        "name": "x-filename",
+                        "in": "header",
+                        "required": True,
+                        "schema": {"type": "string", "minLength": 1, "maxLength": 255},
+                    }
+                ],
+                raw_body={
+                    "required": True,
+                    "content": {"application/octet-stream": {"schema": {"type": "string", "format": "binary"}}},
+                },
+                responses={"201": _json(schemas.FileOut, "stored"), **_errors(401, 403, 413, 422)},
+            ),
+        },
+        "/v0/files/{file_id}": {
+            "get": _op(
+                "Download a file",
+                security=reader,
+                params=[_path_param("file_id", "^f_[0-9]+$")],
+                responses={
+                    "200": {
+                        "description": "the file",
+                        "content": {"application/octet-stream": {"schema": {"type": "string", "format": "binary"}}},
+                    },
+                    **_errors(401, 403, 404),
+                },
+            ),
+        },
+        "/v0/invocations/{invocation_id}/retry": {
+            "post": _op(
+                "Send an undeliverable invocation again (admins)",
+                security=KEY + SESSION,
+                params=[_path_param("invocation_id", "^inv_[0-9a-f]+$")],
+                responses={"200": _json(schemas.InvocationRetryOut, "due again"), **_errors(401, 403, 404, 409)},
+            ),
+        },
+    }
+    return {
+        "openapi": "3.1.0",
+        "info": {
+            "title": "Review Queue API",
+            "version": "0",
+            "description": "Agents ask for decisions (holds); reviewers decide; the service resumes the agent.",
+        },
+        "paths": paths,
+        "components": {
+            "schemas": components,
+            "securitySchemes": {
+                "runToken": {"type": "apiKey", "in": "header", "name": "x-agentos-run-token"},
+                "serviceKey": {"type": "http", "scheme": "bearer"},
+                "session": {"type": "apiKey", "in": "cookie", "name": "sessionid"},
+            },
+        },
+    }
+
+
+def openapi_json(request):
+    return JsonResponse(document())
+
+
+def docs(request):
+    operations = [
+        {"method": method.upper(), "path": path, **op}
+        for path, methods in document()["paths"].items()
+        for method, op in methods.items()
+    ]
+    return render(request, "api/docs.html", {"operations": operations, "schemas": document()["components"]["schemas"]})
