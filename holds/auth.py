@@ -29,8 +29,9 @@ def _token_key() -> bytes:
 
 
 def run_token_for(invocation_id: str) -> str:
+    """`tok_<invocation id>.<HMAC>`: the id finds the row by primary key, the 256-bit MAC is the secret."""
     mac = hmac.new(_token_key(), invocation_id.encode(), hashlib.sha256).digest()
-    return TOKEN_PREFIX + base64.urlsafe_b64encode(mac).decode().rstrip("=")
+    return f"{TOKEN_PREFIX}{invocation_id}.{base64.urlsafe_b64encode(mac).decode().rstrip('=')}"
 
 
 def run_token_hash(invocation_id: str) -> str:
@@ -107,11 +108,11 @@ def invocation_for_token(token: str) -> Invocation | None:
     A token lives from its invocation's first delivery until it answers or is given up, and never
     while the run is held or finished, nor once a later invocation has superseded it.
     """
-    if not token or not token.startswith(TOKEN_PREFIX):
+    invocation_id, dot, _ = token.removeprefix(TOKEN_PREFIX).partition(".")
+    if not token.startswith(TOKEN_PREFIX) or not dot or not invocation_id.startswith("inv_"):
         return None
-    invocation = (
-        Invocation.objects.select_related("run", "run__capability").filter(token_hash=sha256_hex(token)).first()
-    )
+    invocation = Invocation.objects.select_related("run", "run__capability").filter(pk=invocation_id).first()
+    # Only the token's hash is stored; the comparison does not leak how much of it matched.
     if invocation is None or not hmac.compare_digest(invocation.token_hash, sha256_hex(token)):
         return None
     live = invocation.status in (Invocation.Status.DELIVERING, Invocation.Status.PENDING) and invocation.attempts > 0

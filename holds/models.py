@@ -197,7 +197,8 @@ class Invocation(models.Model):
     kind = models.CharField(max_length=10, choices=Kind.choices)
     seq = models.PositiveIntegerField()
     status = models.CharField(max_length=15, choices=Status.choices, default=Status.PENDING)
-    token_hash = models.CharField(max_length=64, unique=True)
+    # sha256 of the run token; the token names its invocation, so this needs no index.
+    token_hash = models.CharField(max_length=64)
     # The `resume` object of the body (null for a start), fixed when the decision is stored.
     resume = ExactJSONField(null=True, blank=True)
     hold = models.ForeignKey("Hold", null=True, blank=True, on_delete=models.CASCADE, related_name="resumes")
@@ -409,3 +410,75 @@ class RunState(models.Model):
 
     def __str__(self) -> str:
         return f"r_{self.run_id} {self.key}"
+
+
+# --- ops: pre-aggregated counters and notification records (issue 7) ---------------------------
+
+
+class OpsHour(models.Model):
+    """One sealed hour of the audit log, aggregated: the ops page and /metrics read these.
+
+    `metric`/`label` pairs: asked, decided, expired, action/<approve|edit|...>, ttd/<bucket>,
+    attempt/<outcome>, latency/<bucket>, *_sum, and one `sealed` row per hour (the watermark).
+    An hour is sealed once, some minutes after it ends, and never changes after: counting the
+    audit log's hours one by one keeps every request bounded however many holds exist.
+    """
+
+    hour = models.DateTimeField()
+    metric = models.CharField(max_length=40)
+    label = models.CharField(max_length=40, blank=True, default="")
+    value = models.FloatField(default=0)
+
+    class Meta:
+        constraints = [
+            # Also the lock of a sealing: a second sealer of the same hour fails on `sealed`.
+            models.UniqueConstraint(fields=["metric", "label", "hour"], name="ops_hour_unique"),
+        ]
+        indexes = [models.Index(fields=["hour"], name="ops_hour_by_hour")]
+
+    def __str__(self) -> str:
+        return f"{self.hour:%Y-%m-%d %H}h {self.metric}/{self.label} = {self.value:g}"
+
+
+class OpsTotal(models.Model):
+    """All sealed hours summed, per metric and label, written in the sealing transaction."""
+
+    metric = models.CharField(max_length=40)
+    label = models.CharField(max_length=40, blank=True, default="")
+    value = models.FloatField(default=0)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["metric", "label"], name="ops_total_unique")]
+
+    def __str__(self) -> str:
+        return f"{self.metric}/{self.label} = {self.value:g}"
+
+
+class Notification(models.Model):
+    """One notification of one hold on one channel; the row is its claim, so each goes out once."""
+
+    class Kind(models.TextChoices):
+        ASKED = "asked"
+        REMINDER = "reminder"
+
+    class Channel(models.TextChoices):
+        EMAIL = "email"
+        WEBHOOK = "webhook"
+
+    hold = models.ForeignKey(Hold, on_delete=models.CASCADE, related_name="notifications")
+    kind = models.CharField(max_length=10, choices=Kind.choices)
+    channel = models.CharField(max_length=10, choices=Channel.choices)
+    # A worker that is sending holds the row until this time; after it, a retry may take over.
+    claimed_until = models.DateTimeField(null=True, blank=True)
+    attempts = models.PositiveIntegerField(default=0)
+    sent_at = models.DateTimeField(null=True, blank=True)
+    last_error = models.CharField(max_length=500, blank=True, default="")
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["hold", "kind", "channel"], name="one_notification_per_hold_kind_channel")
+        ]
+
+    def __str__(self) -> str:
+        return f"h_{self.hold_id} {self.kind} {self.channel}"

@@ -346,6 +346,9 @@ def hold_decide(*, hold_id: int, actor: Actor, body, fingerprint: str | None = N
     by_id = {d.id: d for d in decision.items}
     now = timezone.now()
     with transaction.atomic():
+        # The run first, as the answer path does: whether the asker is still answering is read
+        # under this lock, so a resume never waits for an answer that has already been recorded.
+        Run.objects.select_for_update().filter(pk=hold.run_id).values_list("pk", flat=True).get()
         won = (
             Hold.objects.filter(pk=hold.pk, status=Hold.Status.PENDING)
             .filter(Q(expires_at__isnull=True) | Q(expires_at__gt=Now()))
@@ -396,14 +399,23 @@ def hold_decide(*, hold_id: int, actor: Actor, body, fingerprint: str | None = N
 
 
 def _create_resume(hold: Hold, resume: dict) -> Invocation:
-    """The resume outbox row; it waits while the asking invocation has not answered yet."""
-    Run.objects.filter(pk=hold.run_id).update(seq=F("seq") + 1)
-    seq = Run.objects.filter(pk=hold.run_id).values_list("seq", flat=True).get()
-    asker_live = Invocation.objects.filter(pk=hold.invocation_id, status__in=LIVE_INVOCATION).exists()
-    status = Invocation.Status.WAITING if asker_live else Invocation.Status.PENDING
-    invocation = _new_invocation(run=hold.run, kind="resume", seq=seq, status=status, resume=resume, hold=hold)
+    asker = Invocation.objects.filter(pk=hold.invocation_id).values_list("seq", "status").get()
+    invocation = _resume_invocation(run_id=hold.run_id, hold_id=hold.pk, asker=asker, resume=resume)
     invocation.save(force_insert=True)
     _publish_on_commit([invocation])
+    return invocation
+
+
+def _resume_invocation(*, run_id: int, hold_id: int, asker: tuple[int, str], resume: dict) -> Invocation:
+    """The resume outbox row of a hold. It takes the seq after its asker's, and it waits while the
+    asker has not answered yet (SPEC: a resume is sent only after the ask's invocation answered).
+    The run's own seq moves on when the resume is first sent (invocation_claim)."""
+    seq, asker_status = asker
+    status = Invocation.Status.WAITING if asker_status in LIVE_INVOCATION else Invocation.Status.PENDING
+    invocation = Invocation(run_id=run_id, kind="resume", seq=seq + 1, status=status, hold_id=hold_id, resume=resume)
+    invocation.token_hash = run_token_hash(invocation.id)
+    if status == Invocation.Status.PENDING:
+        invocation.next_attempt_at = timezone.now()
     return invocation
 
 
@@ -415,39 +427,31 @@ def holds_expire_due(*, limit: int | None = None) -> int:
     """
     limit = limit or settings.RQ_SWEEP_BATCH
     with transaction.atomic():
-        due = Hold.objects.filter(status=Hold.Status.PENDING, expires_at__lte=Now()).order_by("expires_at")
+        due = (
+            Hold.objects.filter(status=Hold.Status.PENDING, expires_at__lte=Now())
+            .order_by("expires_at")
+            .select_related("run", "invocation")
+            .only("pk", "run_id", "expires_at", "run__status", "invocation__seq", "invocation__status")
+        )
         if connection.features.has_select_for_update_skip_locked:
-            due = due.select_for_update(skip_locked=True, of=("self",))
-        rows = list(due.values_list("pk", "run_id", "invocation_id", "expires_at")[:limit])
+            # The run is locked with its hold (lock order run, hold, as everywhere); a run that is
+            # busy recording an answer is skipped now and swept next time.
+            due = due.select_for_update(skip_locked=True, of=("self", "run"))
+        rows = [(h.pk, h.run_id, h.invocation.seq, h.invocation.status, h.expires_at) for h in due[:limit]]
         if not rows:
             return 0
-        ids = [row[0] for row in rows]
-        now = timezone.now()
-        Hold.objects.filter(pk__in=ids, status=Hold.Status.PENDING).update(
-            status=Hold.Status.EXPIRED, decided_at=now, decided_by="expired"
+        Hold.objects.filter(pk__in=[row[0] for row in rows], status=Hold.Status.PENDING).update(
+            status=Hold.Status.EXPIRED, decided_at=timezone.now(), decided_by="expired"
         )
-        run_ids = [row[1] for row in rows]
-        Run.objects.filter(pk__in=run_ids).update(seq=F("seq") + 1)
-        seqs = dict(Run.objects.filter(pk__in=run_ids).values_list("pk", "seq"))
-        live = set(
-            Invocation.objects.filter(pk__in=[row[2] for row in rows], status__in=LIVE_INVOCATION).values_list(
-                "pk", flat=True
-            )
-        )
-        invocations = []
-        for hold_pk, run_id, asker_id, _ in rows:
-            status = Invocation.Status.WAITING if asker_id in live else Invocation.Status.PENDING
-            inv = Invocation(
+        invocations = [
+            _resume_invocation(
                 run_id=run_id,
-                kind="resume",
-                seq=seqs[run_id],
-                status=status,
                 hold_id=hold_pk,
+                asker=(asker_seq, asker_status),
                 resume={"hold_id": f"h_{hold_pk}", "resolved_by": "expired", "items": [], "comment": None},
             )
-            inv.token_hash = run_token_hash(inv.id)
-            inv.next_attempt_at = now if status == Invocation.Status.PENDING else None
-            invocations.append(inv)
+            for hold_pk, run_id, asker_seq, asker_status, _ in rows
+        ]
         Invocation.objects.bulk_create(invocations)
         AuditEvent.objects.bulk_create(
             AuditEvent(
@@ -458,7 +462,7 @@ def holds_expire_due(*, limit: int | None = None) -> int:
                 invocation_id_ref=inv.id,
                 data={"expires_at": expires_at.isoformat()},
             )
-            for (hold_pk, run_id, _, expires_at), inv in zip(rows, invocations, strict=True)
+            for (hold_pk, run_id, _, _, expires_at), inv in zip(rows, invocations, strict=True)
         )
         _publish_on_commit(invocations)
     return len(rows)
@@ -510,8 +514,11 @@ def invocation_claim(*, invocation_id: str) -> Claim | None:
         if won != 1:
             return None
         if invocation.kind == Invocation.Kind.RESUME and invocation.run.status == Run.Status.HELD:
-            # A run is held from its suspended answer until its resume is first sent.
-            Run.objects.filter(pk=invocation.run_id, status=Run.Status.HELD).update(status=Run.Status.RUNNING)
+            # A run is held from its suspended answer until its resume is first sent; from then on
+            # the resume is the run's current invocation.
+            Run.objects.filter(pk=invocation.run_id, status=Run.Status.HELD).update(
+                status=Run.Status.RUNNING, seq=invocation.seq
+            )
         invocation.refresh_from_db()
         return Claim(invocation=invocation, attempt=invocation.attempts)
 

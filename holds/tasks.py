@@ -11,6 +11,14 @@ def deliver(invocation_id: str) -> str:
 
 
 @shared_task(ignore_result=True)
+def deliver_many(invocation_ids: list[str]) -> int:
+    """Fans a batch out into one deliver task each, so that deliveries run in parallel."""
+    for invocation_id in invocation_ids:
+        deliver.delay(invocation_id)
+    return len(invocation_ids)
+
+
+@shared_task(ignore_result=True)
 def relay_due() -> int:
     """Publishes every due outbox row again: whatever the broker lost is found here."""
     ids = services.invocations_due()
@@ -26,3 +34,6 @@ def sweep_expired() -> int:
         total += expired
         if expired == 0:
             return total
+
+
+from . import notify_tasks  # noqa: E402, F401  (registers the tasks of issue 7 with the worker)

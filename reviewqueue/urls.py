@@ -1,3 +1,4 @@
+from django.conf import settings
 from django.contrib import admin
 from django.urls import include, path
 
@@ -24,3 +25,7 @@ urlpatterns = [
     path("", include("holds.ops_urls")),
     path("", include("holds.urls")),
 ]
+
+if settings.RQ_BENCH_VIEWS:
+    # Baselines measured beside the real views by bench/ask.py; never on in production.
+    urlpatterns.insert(0, path("bench/", include("bench.urls")))

@@ -55,7 +55,8 @@ def test_it_decides_and_creates_the_resume_in_one_step(api, cap, member_key):
     }
     assert AuditEvent.objects.filter(kind="hold.decided", hold_id_ref=hold.pk).count() == 1
     run.refresh_from_db()
-    assert run.status == Run.Status.HELD and run.seq == 2  # held until the resume is first sent
+    # Held, on its asking invocation, until the resume is first sent.
+    assert run.status == Run.Status.HELD and run.seq == 1
 
 
 def test_it_copies_the_comment_only_onto_edit_reject_and_feedback(api, cap, member_key):
