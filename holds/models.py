@@ -193,7 +193,8 @@ class Invocation(models.Model):
     Status = InvocationStatus
 
     id = models.CharField(primary_key=True, max_length=40, default=new_invocation_id, editable=False)
-    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="invocations")
+    # No index of its own: the unique (run, seq) index serves lookups by run.
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="invocations", db_index=False)
     kind = models.CharField(max_length=10, choices=Kind.choices)
     seq = models.PositiveIntegerField()
     status = models.CharField(max_length=15, choices=Status.choices, default=Status.PENDING)
@@ -201,7 +202,10 @@ class Invocation(models.Model):
     token_hash = models.CharField(max_length=64)
     # The `resume` object of the body (null for a start), fixed when the decision is stored.
     resume = ExactJSONField(null=True, blank=True)
-    hold = models.ForeignKey("Hold", null=True, blank=True, on_delete=models.CASCADE, related_name="resumes")
+    # No index of its own: the unique index on hold (one resume per hold) serves lookups by hold.
+    hold = models.ForeignKey(
+        "Hold", null=True, blank=True, on_delete=models.CASCADE, related_name="resumes", db_index=False
+    )
     attempts = models.PositiveIntegerField(default=0)
     next_attempt_at = models.DateTimeField(null=True, blank=True)
     lease_until = models.DateTimeField(null=True, blank=True)
@@ -215,7 +219,8 @@ class Invocation(models.Model):
         constraints = [
             models.UniqueConstraint(fields=["run", "seq"], name="invocation_seq_unique_per_run"),
             # Exactly one resume per hold, whoever creates it (a person or the sweep).
-            models.UniqueConstraint(fields=["hold"], condition=Q(kind="resume"), name="one_resume_per_hold"),
+            # Start invocations have no hold, and NULLs never collide in a unique index.
+            models.UniqueConstraint(fields=["hold"], name="one_resume_per_hold"),
             models.CheckConstraint(condition=Q(status__in=InvocationStatus.values), name="invocation_status_valid"),
             models.CheckConstraint(condition=Q(kind__in=InvocationKind.values), name="invocation_kind_valid"),
         ]
@@ -273,11 +278,12 @@ class Hold(models.Model):
     fingerprint = models.CharField(max_length=64)
     decided_at = models.DateTimeField(null=True, blank=True)
     decided_by = models.CharField(max_length=200, blank=True, default="")
+    # Unindexed on purpose: every extra index is written again when a hold is decided or expired.
     decided_by_user = models.ForeignKey(
-        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+", db_index=False
     )
     decided_by_account = models.ForeignKey(
-        ServiceAccount, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+        ServiceAccount, null=True, blank=True, on_delete=models.SET_NULL, related_name="+", db_index=False
     )
     comment = models.TextField(null=True, blank=True)
 

@@ -22,9 +22,9 @@ def text_flags(text):
 
 
 @register.inclusion_tag("holds/_value.html")
-def json_value(value):
-    """A value exactly as it will be sent: its JSON type, full text, and any warning."""
-    return {"shown": rendering.show_value(value)}
+def json_value(value, with_type=False):
+    """A value exactly as it will be sent: its full text, any warning, and (with_type) its JSON type."""
+    return {"shown": rendering.show_value(value), "with_type": with_type}
 
 
 @register.filter

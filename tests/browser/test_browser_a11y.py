@@ -1,0 +1,71 @@
+"""axe-core (pinned in package.json) finds 0 accessibility violations on the reviewer's pages."""
+
+import pytest
+
+from tests import factories
+from tests.browser.conftest import AXE, screenshot
+from tests.conftest import require
+
+pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
+
+
+def violations(page) -> list[str]:
+    page.add_script_tag(path=str(AXE))
+    result = page.evaluate("axe.run(document, {resultTypes: ['violations']})")
+    return [
+        f"{v['id']} ({v['impact']}): {v['help']} -> {[n['target'] for n in v['nodes']][:5]}"
+        for v in result["violations"]
+    ]
+
+
+@pytest.fixture
+def axe_session(person_session):
+    require("axe-core: run `npm ci` (node_modules/axe-core/axe.min.js)", AXE.exists())
+    # Only the test injects axe; the app's own CSP is tested with it on, elsewhere.
+    return person_session("mona", bypass_csp=True)
+
+
+def test_it_finds_no_accessibility_violations_on_queue_hold_and_history(axe_session, cap):
+    _, hold = factories.held_hold(cap, factories.ask_body(n_items=3))
+    _, decided = factories.held_hold(cap, factories.ask_body(intent="Pay Acme"))
+    page = axe_session.page
+    page.goto(f"/holds/{decided.public_id}")
+    page.get_by_role("button", name="Approve all").click()
+    page.get_by_role("button", name="Confirm decision").click()
+    page.get_by_text("Decision recorded").wait_for()
+
+    for url in ("/", f"/holds/{hold.public_id}", f"/holds/{decided.public_id}", "/history", "/history?q=nothing"):
+        page.goto(url)
+        assert violations(page) == [], url
+        if url == "/history":
+            screenshot(page, "history")
+
+    page.goto(f"/holds/{hold.public_id}")
+    page.get_by_role("group", name="Payee 1 · 100.00").get_by_label("Edit").check()
+    page.get_by_role("button", name="Submit decision").click()  # items 2 and 3 have no action: errors shown
+    page.locator("#comment").wait_for()
+    page.get_by_text("Choose an action for this item.").first.wait_for()
+    assert violations(page) == [], "hold page with errors"
+    screenshot(page, "hold-errors")
+    page.get_by_role("group", name="Payee 2 · 101.00").get_by_label("Reject").check()
+    page.get_by_role("group", name="Payee 3 · 102.00").get_by_label("Approve").check()
+    page.get_by_role("button", name="Submit decision").click()
+    page.locator("#last-look[open]").wait_for()
+    page.wait_for_timeout(300)
+    screenshot(page, "last-look-reject", full_page=False)
+    assert violations(page) == [], "last look"
+
+
+def test_it_finds_no_accessibility_violations_on_the_sign_in_and_empty_queue(session_factory):
+    require("axe-core: run `npm ci` (node_modules/axe-core/axe.min.js)", AXE.exists())
+    factories.person("mona")
+    session = session_factory(bypass_csp=True)
+    page = session.page
+    page.goto("/login/")
+    assert violations(page) == []
+    screenshot(page, "sign-in")
+    session.sign_in("mona")
+    assert violations(page) == []
+    screenshot(page, "queue-empty")
+    page.goto("/?q=nothing-matches")
+    assert violations(page) == []

@@ -1,0 +1,354 @@
+"""The hold page, its last look and the decision: typed edits, refusals with their codes, no JS needed."""
+
+import html
+import json
+import re
+from datetime import timedelta
+
+import pytest
+from django.core.files.base import ContentFile
+from django.utils import timezone
+
+from holds import services
+from holds.models import AuditEvent, Hold, Invocation
+from tests import factories
+
+pytestmark = pytest.mark.django_db
+
+
+def typed_body(n_items=1):
+    items = [
+        {
+            "id": f"INV-{i + 1}",
+            "title": f"Item {i + 1}",
+            "data": {
+                "payee": "Acme",
+                "amount": 120,
+                "rate": 0.25,
+                "urgent": False,
+                "note": None,
+                "lines": [{"sku": "A", "qty": 2}],
+                "memo": "line one\nline two",
+            },
+            "confidence": {"amount": 0.4, "payee": 0.9},
+        }
+        for i in range(n_items)
+    ]
+    return factories.ask_body(items=items)
+
+
+def url(hold, suffix=""):
+    return f"/holds/{hold.public_id}{suffix}"
+
+
+def review_post(client, hold, data, **headers):
+    return client.post(url(hold, "/review"), {"fingerprint": hold.fingerprint, **data}, headers=headers or None)
+
+
+def confirmed(response) -> str:
+    return html.unescape(re.search(r'name="decision" value="([^"]*)"', response.content.decode()).group(1))
+
+
+def unchanged(prefix="item-0"):
+    """The edit inputs as the page fills them (a browser posts every field of the form)."""
+    return {
+        f"{prefix}-f-0": "Acme",
+        f"{prefix}-f-1": "120",
+        f"{prefix}-f-2": "0.25",
+        f"{prefix}-f-4-null": "null",
+        f"{prefix}-f-4": "",
+        f"{prefix}-f-5": '[{"sku": "A", "qty": 2}]',
+        f"{prefix}-f-6": "line one\r\nline two",
+    }
+
+
+@pytest.fixture
+def signed_in(client, member):
+    client.force_login(member)
+    return client
+
+
+def test_it_shows_the_hold_with_every_value_typed_and_in_full(signed_in, cap):
+    run, hold = factories.held_hold(cap, typed_body())
+    body = signed_in.get(url(hold)).content.decode()
+    assert "Pay 2 invoices" in body and "pay_invoices" in body and run.public_id in body
+    assert "Started by" in body and "Time left" in body and 'data-countdown="' in body
+    for shown, kind in (
+        ("Acme", "string"),
+        ("120", "integer"),
+        ("0.25", "number"),
+        ("false", "boolean"),
+        ("null", "null"),
+    ):
+        assert re.search(rf'<code class="val-text">{shown}</code>.*?<span class="type-tag">{kind}</span>', body, re.S)
+    assert "line one\nline two" in body  # multi-line strings in full, not truncated
+    assert "&quot;qty&quot;: 2" in body  # nested JSON, indented
+    assert 'class="conf conf-red">0.4' in body and 'class="conf">0.9' in body
+
+
+def test_it_offers_only_the_holds_actions_as_labelled_radios(signed_in, cap):
+    _, hold = factories.held_hold(cap, factories.ask_body(actions=["approve", "reject"]))
+    body = signed_in.get(url(hold)).content.decode()
+    assert body.count('value="approve"') == 2 and body.count('value="reject"') == 2
+    assert 'value="edit"' not in body and 'value="feedback"' not in body
+    assert "> Approve</label>" in body and "Approve all" in body and ">Comment</label>" in body
+    assert "<fieldset" in body and "<legend>" in body
+
+
+def test_it_puts_flagged_and_low_confidence_items_first(signed_in, cap):
+    items = [
+        {"id": "calm", "title": "Calm", "data": {"a": "x"}, "confidence": {"a": 0.95}},
+        {"id": "amber", "title": "Amber", "data": {"a": "x"}, "confidence": {"a": 0.7}},
+        {"id": "hidden", "title": "Hidden", "data": {"a": "x\u200by"}},
+        {"id": "red", "title": "Red", "data": {"a": "x"}, "confidence": {"a": 0.2}},
+    ]
+    _, hold = factories.held_hold(cap, factories.ask_body(items=items))
+    body = signed_in.get(url(hold)).content.decode()
+    order = re.findall(r'<span class="item-title">(\w+)</span>', body)
+    assert order == ["Hidden", "Red", "Amber", "Calm"]
+
+
+def test_it_uses_the_same_number_of_queries_for_1_and_100_items(signed_in, cap, django_assert_num_queries):
+    _, one = factories.held_hold(cap, typed_body(1))
+    counts = []
+    for hold in (one, factories.held_hold(cap, typed_body(100))[1]):
+        from django.db import connection
+        from django.test.utils import CaptureQueriesContext
+
+        with CaptureQueriesContext(connection) as ctx:
+            response = signed_in.get(url(hold))
+        assert response.status_code == 200
+        counts.append(len(ctx.captured_queries))
+    assert counts[0] == counts[1], counts
+    with django_assert_num_queries(counts[0]):
+        signed_in.get(url(one))
+
+
+def test_it_answers_404_for_an_unknown_hold(signed_in):
+    assert signed_in.get("/holds/h_999").status_code == 404
+    assert signed_in.get("/holds/nonsense").status_code == 404
+
+
+def test_it_shows_the_last_look_then_decides_once_with_a_typed_edit(signed_in, cap):
+    _, hold = factories.held_hold(cap, typed_body())
+    data = {
+        **unchanged(),
+        "item-0-action": "edit",
+        "item-0-f-1": "125",
+        "item-0-f-2": "0.5",
+        "item-0-f-3": "true",
+        "comment": "  ",
+    }
+    look = review_post(signed_in, hold, data)
+    assert look.status_code == 200
+    text = look.content.decode()
+    assert "Last look before you decide" in text and "Confirm decision" in text
+    assert re.search(r">amount<.*?120.*?→.*?125", text, re.S) and ">payee<" not in text  # only changed fields
+    assert Hold.objects.get(pk=hold.pk).status == "pending"  # the last look writes nothing
+    response = signed_in.post(url(hold, "/decision"), {"decision": confirmed(look), "fingerprint": hold.fingerprint})
+    assert response.status_code == 302 and response["Location"] == url(hold)
+    resume = Invocation.objects.get(hold=hold, kind="resume").resume
+    assert resume["items"][0]["data"] == {
+        "payee": "Acme",
+        "amount": 125,
+        "rate": 0.5,
+        "urgent": True,
+        "note": None,
+        "lines": [{"sku": "A", "qty": 2}],
+        "memo": "line one\nline two",
+    }
+    assert type(resume["items"][0]["data"]["amount"]) is int
+    page = signed_in.get(url(hold)).content.decode()
+    assert "Decision recorded" in page and "Decided by <strong>mona</strong>" in page and "Resume" in page
+
+
+def test_it_refuses_wrong_types_next_to_the_field_with_422(signed_in, cap):
+    _, hold = factories.held_hold(cap, typed_body())
+    data = {
+        **unchanged(),
+        "item-0-action": "edit",
+        "item-0-f-1": "12.5",
+        "item-0-f-2": "NaN",
+        "item-0-f-4-null": "",
+        "item-0-f-4": "{",
+        "item-0-f-5": "[1,",
+    }
+    response = review_post(signed_in, hold, data)
+    assert response.status_code == 422
+    text = response.content.decode()
+    assert 'id="item-0-f-1-error">Enter a whole number' in text
+    assert 'id="item-0-f-2-error">Enter a number' in text
+    assert 'id="item-0-f-4-error">Enter a JSON value' in text
+    assert 'id="item-0-f-5-error">Enter valid JSON' in text
+    assert 'value="12.5"' in text  # what the person typed stays in the field
+
+
+def test_it_turns_an_unticked_null_into_the_typed_json_value(signed_in, cap):
+    _, hold = factories.held_hold(cap, typed_body())
+    data = {**unchanged(), "item-0-action": "edit", "item-0-f-4-null": "", "item-0-f-4": '"now a string"'}
+    look = review_post(signed_in, hold, data)
+    assert json.loads(confirmed(look))["items"][0]["data"]["note"] == "now a string"
+
+
+def test_it_requires_an_action_for_every_item_and_a_comment_for_feedback(signed_in, cap):
+    _, hold = factories.held_hold(cap)
+    response = review_post(signed_in, hold, {"item-0-action": "feedback"})
+    assert response.status_code == 422
+    text = response.content.decode()
+    assert "Feedback needs a comment." in text and "Choose an action for this item." in text
+    ok = review_post(signed_in, hold, {"item-0-action": "feedback", "item-1-action": "reject", "comment": "why?"})
+    assert ok.status_code == 200 and "copied to 2 items" in ok.content.decode()
+
+
+def test_it_refuses_an_action_the_hold_does_not_offer(signed_in, cap):
+    _, hold = factories.held_hold(cap, factories.ask_body(actions=["approve", "reject"]))
+    response = review_post(signed_in, hold, {"item-0-action": "edit", "item-1-action": "approve"})
+    assert response.status_code == 422 and "This hold does not offer that action." in response.content.decode()
+
+
+def test_it_approves_all_with_one_button(signed_in, cap):
+    _, hold = factories.held_hold(cap, factories.ask_body(n_items=3))
+    look = review_post(signed_in, hold, {"approve_all": "1"})
+    assert look.status_code == 200
+    assert [i["action"] for i in json.loads(confirmed(look))["items"]] == ["approve"] * 3
+
+
+def test_it_answers_htmx_with_fragments_and_retargets_errors(signed_in, cap):
+    _, hold = factories.held_hold(cap)
+    look = review_post(signed_in, hold, {"approve_all": "1"}, **{"HX-Request": "true"})
+    assert look.status_code == 200 and "<html" not in look.content.decode()
+    assert look.content.decode().lstrip().startswith('<div class="last-look">')
+    bad = review_post(signed_in, hold, {"item-0-action": "approve"}, **{"HX-Request": "true"})
+    assert bad.status_code == 422 and bad["HX-Retarget"] == "#decision-form" and bad["HX-Reswap"] == "outerHTML"
+    assert bad.content.decode().lstrip().startswith('<form id="decision-form"')
+
+
+def test_it_refuses_a_second_decision_with_409_and_says_who_decided(signed_in, cap, admin_user, client):
+    _, hold = factories.held_hold(cap)
+    look = review_post(signed_in, hold, {"approve_all": "1"})
+    decision = {"decision": confirmed(look), "fingerprint": hold.fingerprint}
+    assert signed_in.post(url(hold, "/decision"), decision).status_code == 302
+    replay = signed_in.post(url(hold, "/decision"), decision)
+    assert replay.status_code == 409 and "You decided" in replay.content.decode()
+    client.force_login(admin_user)
+    other = client.post(url(hold, "/decision"), decision)
+    assert other.status_code == 409
+    assert (
+        "Already decided" in other.content.decode() and "was decided by <strong>mona</strong>" in other.content.decode()
+    )
+    assert client.post(url(hold, "/review"), {"approve_all": "1", "fingerprint": hold.fingerprint}).status_code == 409
+    assert Invocation.objects.filter(hold=hold, kind="resume").count() == 1
+    assert AuditEvent.objects.filter(kind="hold.decided", hold_id_ref=hold.pk).count() == 1
+
+
+def test_it_refuses_a_decision_after_expiry_with_409_even_before_the_sweep(signed_in, cap):
+    _, hold = factories.held_hold(cap)
+    look = review_post(signed_in, hold, {"approve_all": "1"})
+    Hold.objects.filter(pk=hold.pk).update(expires_at=timezone.now() - timedelta(seconds=1))
+    response = signed_in.post(url(hold, "/decision"), {"decision": confirmed(look), "fingerprint": hold.fingerprint})
+    assert response.status_code == 409 and "This hold expired" in response.content.decode()
+    assert not Invocation.objects.filter(hold=hold, kind="resume").exists()
+    page = signed_in.get(url(hold)).content.decode()
+    assert "This hold has expired." in page and 'id="decision-form" class="decision readonly"' in page
+
+
+def test_it_refuses_a_decision_on_a_changed_hold_with_409(signed_in, cap):
+    _, hold = factories.held_hold(cap)
+    look = review_post(signed_in, hold, {"approve_all": "1"})
+    response = signed_in.post(url(hold, "/decision"), {"decision": confirmed(look), "fingerprint": "0" * 64})
+    assert response.status_code == 409 and "This hold changed" in response.content.decode()
+    assert review_post(signed_in, hold, {"approve_all": "1", "fingerprint": "f" * 64}).status_code == 409
+    assert Hold.objects.get(pk=hold.pk).status == "pending"
+
+
+def test_it_refuses_a_tampered_decision_with_422(signed_in, cap):
+    _, hold = factories.held_hold(cap)
+    body = {"items": [{"id": "INV-1", "action": "approve"}], "comment": None}
+    response = signed_in.post(url(hold, "/decision"), {"decision": json.dumps(body), "fingerprint": hold.fingerprint})
+    assert response.status_code == 422 and "has no action" in response.content.decode()
+    bad_json = signed_in.post(url(hold, "/decision"), {"decision": "{", "fingerprint": hold.fingerprint})
+    assert bad_json.status_code == 422
+    assert Hold.objects.get(pk=hold.pk).status == "pending"
+
+
+def test_it_shows_a_viewer_the_hold_read_only_and_answers_their_posts_with_403(client, cap, viewer):
+    _, hold = factories.held_hold(cap)
+    client.force_login(viewer)
+    page = client.get(url(hold)).content.decode()
+    assert "Read-only." in page and 'type="radio"' not in page and "Submit decision" not in page
+    assert client.post(url(hold, "/review"), {"approve_all": "1", "fingerprint": hold.fingerprint}).status_code == 403
+    body = json.dumps({"items": [{"id": "INV-1", "action": "approve"}, {"id": "INV-2", "action": "approve"}]})
+    assert client.post(url(hold, "/decision"), {"decision": body, "fingerprint": hold.fingerprint}).status_code == 403
+    assert Hold.objects.get(pk=hold.pk).status == "pending"
+
+
+def test_it_needs_csrf_to_decide(cap, member):
+    from django.test import Client
+
+    _, hold = factories.held_hold(cap)
+    client = Client(enforce_csrf_checks=True)
+    client.force_login(member)
+    body = json.dumps({"items": [{"id": "INV-1", "action": "approve"}, {"id": "INV-2", "action": "approve"}]})
+    assert client.post(url(hold, "/decision"), {"decision": body, "fingerprint": hold.fingerprint}).status_code == 403
+    assert Hold.objects.get(pk=hold.pk).status == "pending"
+
+
+def test_it_shows_files_and_serves_them_to_reviewers_only(client, signed_in, cap):
+    run = factories.start_run(cap)
+    invocation, _ = factories.deliver_now(run)
+    png = services.run_file_add(
+        run=run,
+        name="scan.png",
+        content_type="image/png",
+        content=ContentFile(b"\x89PNG"),
+        size=4,
+        sha256="x",
+        actor=factories.SYSTEM,
+    )
+    page_html = services.run_file_add(
+        run=run,
+        name="page.html",
+        content_type="text/html",
+        content=ContentFile(b"<script>alert(1)</script>"),
+        size=25,
+        sha256="y",
+        actor=factories.SYSTEM,
+    )
+    hold = services.hold_ask(invocation=invocation, body=factories.ask_body(files=[png.public_id, page_html.public_id]))
+    body = signed_in.get(url(hold)).content.decode()
+    assert f'href="/files/{png.public_id}"' in body and "image/png" in body and "scan.png" in body
+    inline = signed_in.get(f"/files/{png.public_id}")
+    assert inline.status_code == 200 and inline["Content-Type"] == "image/png"
+    assert "attachment" not in inline.get("Content-Disposition", "")
+    download = signed_in.get(f"/files/{page_html.public_id}")
+    assert download["Content-Type"] == "application/octet-stream" and "attachment" in download["Content-Disposition"]
+    client.logout()
+    assert client.get(f"/files/{png.public_id}").status_code == 302
+
+
+def test_it_escapes_agent_text_and_leaves_no_hx_attribute_from_it(signed_in, cap):
+    evil = '<img src=x onerror=alert(1)> <a hx-get="/logout/" hx-trigger="load">x</a> {{ request }}'
+    items = [{"id": evil, "title": evil, "data": {evil: evil}}]
+    _, hold = factories.held_hold(cap, factories.ask_body(intent=evil[:500], items=items, details=evil))
+    for response in (signed_in.get(url(hold)), signed_in.get("/"), review_post(signed_in, hold, {"approve_all": "1"})):
+        text = response.content.decode()
+        elements = parsed(text)
+        assert not [tag for tag, _ in elements if tag == "img"]
+        attributes = [(name, value) for _, attrs in elements for name, value in attrs]
+        assert ("hx-trigger", "load") not in attributes and ("hx-get", "/logout/") not in attributes
+        assert not [name for name, _ in attributes if name.startswith("on")]
+        assert "&lt;img src=x onerror=alert(1)&gt;" in text and "{{ request }}" in text
+
+
+def parsed(text: str) -> list[tuple[str, list]]:
+    """Every element of a page with its attributes, as a browser's parser sees them."""
+    from html.parser import HTMLParser
+
+    found = []
+
+    class Collect(HTMLParser):
+        def handle_starttag(self, tag, attrs):
+            found.append((tag, attrs))
+
+    Collect().feed(text)
+    return found
