@@ -86,9 +86,9 @@ def main():
     setup_django()
     from django.db import connection
 
-    from holds.config import CapabilitySpec, new_secret
     from holds import services
     from holds.auth import SYSTEM
+    from holds.config import CapabilitySpec, new_secret
     from tests.processes import Processes, free_port, service_env
 
     services.capabilities_sync(

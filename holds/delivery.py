@@ -115,24 +115,31 @@ def post_within(client: httpx.Client | None, url: str, body: bytes, headers: dic
     """POST and read the answer within `seconds` in all: httpx's timeouts are per read, so an
     agent that drips bytes could otherwise hold a worker forever."""
     deadline = time.monotonic() + seconds
-    own = client is None
-    client = client or httpx.Client()
-    try:
-        with client.stream("POST", url, content=body, headers=headers, timeout=seconds) as response:
-            chunks, size = [], 0
-            for chunk in response.iter_bytes():
-                chunks.append(chunk)
-                size += len(chunk)
-                if time.monotonic() > deadline:
-                    raise httpx.ReadTimeout("the answer took too long", request=response.request)
-                if size > MAX_ANSWER_BYTES:
-                    raise httpx.RemoteProtocolError("the answer is over 1 MiB", request=response.request)
-            return httpx.Response(
-                response.status_code, headers=response.headers, content=b"".join(chunks), request=response.request
-            )
-    finally:
-        if own:
-            client.close()
+    client = client or shared_client()
+    with client.stream("POST", url, content=body, headers=headers, timeout=seconds) as response:
+        chunks, size = [], 0
+        for chunk in response.iter_bytes():
+            chunks.append(chunk)
+            size += len(chunk)
+            if time.monotonic() > deadline:
+                raise httpx.ReadTimeout("the answer took too long", request=response.request)
+            if size > MAX_ANSWER_BYTES:
+                raise httpx.RemoteProtocolError("the answer is over 1 MiB", request=response.request)
+        return httpx.Response(
+            response.status_code, headers=response.headers, content=b"".join(chunks), request=response.request
+        )
+
+
+_client: httpx.Client | None = None
+
+
+def shared_client() -> httpx.Client:
+    """One client per process: building one loads the CA bundle (tens of ms), and a shared one keeps
+    connections to agents alive. httpx clients are safe to share between threads."""
+    global _client
+    if _client is None:
+        _client = httpx.Client(limits=httpx.Limits(max_connections=100, max_keepalive_connections=20))
+    return _client
 
 
 def deliver(invocation_id: str, *, client: httpx.Client | None = None) -> str:

@@ -164,7 +164,8 @@ class Run(models.Model):
             return f"service account {self.started_by_account.name}"
         if self.parent_id:
             return f"run r_{self.parent_id}"
-        return "unknown"
+        # Started by the service itself (a management command such as the demo seed).
+        return "system"
 
 
 class IdempotencyKey(models.Model):

@@ -519,7 +519,11 @@ def invocation_claim(*, invocation_id: str) -> Claim | None:
             Run.objects.filter(pk=invocation.run_id, status=Run.Status.HELD).update(
                 status=Run.Status.RUNNING, seq=invocation.seq
             )
-        invocation.refresh_from_db()
+            invocation.run.status, invocation.run.seq = Run.Status.RUNNING, invocation.seq
+        # What the UPDATE wrote, without reading the row back (its run and capability stay loaded).
+        invocation.status, invocation.lease_until = Invocation.Status.DELIVERING, lease
+        invocation.attempts += 1
+        invocation.first_sent_at = invocation.first_sent_at or now
         return Claim(invocation=invocation, attempt=invocation.attempts)
 
 

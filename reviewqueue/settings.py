@@ -68,10 +68,21 @@ RQ_RETRY_SCHEDULE = [
 RQ_RELAY_INTERVAL = env_int("RQ_RELAY_INTERVAL", 5)
 RQ_SWEEP_INTERVAL = env_int("RQ_SWEEP_INTERVAL", 10)
 RQ_SWEEP_BATCH = env_int("RQ_SWEEP_BATCH", 1000)
+RQ_BENCH_VIEWS = env_bool("RQ_BENCH_VIEWS", False)
 # A worker's claim on an invocation lasts its timeout plus this; then the relay hands it out again.
 RQ_LEASE_GRACE = env_int("RQ_LEASE_GRACE", 30)
 RQ_CONFIDENCE_AMBER = 0.8
 RQ_CONFIDENCE_RED = 0.5
+# /metrics answers only `Authorization: Bearer <RQ_METRICS_TOKEN>`; unset, /metrics is off (404).
+RQ_METRICS_TOKEN = env_str("RQ_METRICS_TOKEN", "")
+RQ_HEALTH_TIMEOUT = float(env_int("RQ_HEALTH_TIMEOUT", 2))  # seconds per /healthz check
+RQ_ROLLUP_INTERVAL = env_int("RQ_ROLLUP_INTERVAL", 60)  # sealing finished hours for /ops and /metrics
+# Notifications: the sender, the webhook timeout, retries with exponential backoff, reminders.
+RQ_NOTIFY_FROM = env_str("RQ_NOTIFY_FROM", "Review Queue <review-queue@localhost>")
+RQ_WEBHOOK_TIMEOUT = float(env_int("RQ_WEBHOOK_TIMEOUT", 10))
+RQ_NOTIFY_RETRIES = env_int("RQ_NOTIFY_RETRIES", 6)
+RQ_NOTIFY_BACKOFF = env_int("RQ_NOTIFY_BACKOFF", 30)
+RQ_REMIND_INTERVAL = env_int("RQ_REMIND_INTERVAL", 60)
 
 INSTALLED_APPS = [
     "django.contrib.admin",
@@ -81,6 +92,7 @@ INSTALLED_APPS = [
     "django.contrib.messages",
     "django.contrib.staticfiles",
     "django_htmx",
+    "axes",
     "holds",
 ]
 
@@ -95,6 +107,9 @@ MIDDLEWARE = [
     "django.middleware.csp.ContentSecurityPolicyMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
     "holds.middleware.ApiErrorMiddleware",
+    "holds.logging.RequestIdMiddleware",
+    # Last, as django-axes asks: turns a lockout found during sign-in into holds.login.locked_out's page.
+    "axes.middleware.AxesMiddleware",
 ]
 
 ROOT_URLCONF = "reviewqueue.urls"
@@ -153,6 +168,8 @@ CELERY_BROKER_TRANSPORT_OPTIONS = (
         "store_processed": False,
     }
 )
+# Extra task modules for a worker, e.g. the bare hop that bench/resume.py measures against.
+CELERY_IMPORTS = env_list("RQ_CELERY_IMPORTS", [])
 CELERY_TASK_ACKS_LATE = True
 CELERY_TASK_REJECT_ON_WORKER_LOST = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
@@ -161,12 +178,19 @@ CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_BEAT_SCHEDULE = {
     "relay-due-invocations": {"task": "holds.tasks.relay_due", "schedule": float(RQ_RELAY_INTERVAL)},
     "sweep-expired-holds": {"task": "holds.tasks.sweep_expired", "schedule": float(RQ_SWEEP_INTERVAL)},
+    "remind-and-catch-up-notifications": {
+        "task": "holds.notify_tasks.remind_due",
+        "schedule": float(RQ_REMIND_INTERVAL),
+    },
+    "seal-ops-hours": {"task": "holds.notify_tasks.ops_rollup", "schedule": float(RQ_ROLLUP_INTERVAL)},
 }
 
 AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
     {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
 ]
+# django-axes first: it refuses a locked-out username and address before any password is checked.
+AUTHENTICATION_BACKENDS = ["axes.backends.AxesStandaloneBackend", "django.contrib.auth.backends.ModelBackend"]
 LOGIN_URL = "login"
 LOGIN_REDIRECT_URL = "queue"
 LOGOUT_REDIRECT_URL = "login"
@@ -201,7 +225,8 @@ SECURE_SSL_REDIRECT = env_bool("SECURE_SSL_REDIRECT", not DEBUG)
 SECURE_HSTS_SECONDS = env_int("SECURE_HSTS_SECONDS", 0 if DEBUG else 31536000)
 SECURE_HSTS_INCLUDE_SUBDOMAINS = not DEBUG
 SECURE_HSTS_PRELOAD = not DEBUG
-if env_bool("RQ_BEHIND_PROXY", False):
+RQ_BEHIND_PROXY = env_bool("RQ_BEHIND_PROXY", False)
+if RQ_BEHIND_PROXY:
     SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
 # Everything an agent wrote is shown in these pages: scripts only from here, with a nonce.
 SECURE_CSP = {
@@ -215,10 +240,37 @@ SECURE_CSP = {
     "form-action": [CSP.SELF],
 }
 CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS", [])
+# Rate limits (holds/ratelimit.py): "N/period", e.g. "30/m", "20/5m"; "off" disables one.
+RQ_RATE_ASK = env_str("RQ_RATE_ASK", "30/m")  # per run token
+RQ_RATE_DECISION = env_str("RQ_RATE_DECISION", "120/m")  # per service-account key or person
+RQ_RATE_LOGIN = env_str("RQ_RATE_LOGIN", "20/5m")  # sign-in POSTs per client address
+# Sign-in lockout (django-axes): this many failures for one username from one address lock that
+# pair out for the cool-off (hours, a float); a success resets the count.
+AXES_FAILURE_LIMIT = env_int("RQ_LOGIN_FAILURE_LIMIT", 5)
+AXES_COOLOFF_TIME = env_int("RQ_LOGIN_COOLOFF_MINUTES", 15) / 60
+AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
+AXES_RESET_ON_SUCCESS = True
+AXES_LOCKOUT_CALLABLE = "holds.login.locked_out"
+AXES_CLIENT_IP_CALLABLE = "holds.ratelimit.client_ip"
 
+# JSON lines in production (one object per line, with request/run/hold/invocation ids where known);
+# readable lines with the same ids under DEBUG. RQ_LOG_FORMAT=json|text overrides.
+RQ_LOG_FORMAT = env_str("RQ_LOG_FORMAT", "text" if DEBUG else "json")
+if RQ_LOG_FORMAT not in ("json", "text"):
+    raise ImproperlyConfigured(f"RQ_LOG_FORMAT must be json or text, got {RQ_LOG_FORMAT!r}")
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    "handlers": {"console": {"class": "logging.StreamHandler"}},
+    "filters": {"context": {"()": "holds.logging.ContextFilter"}},
+    "formatters": {
+        "json": {"()": "holds.logging.JsonFormatter"},
+        "text": {
+            "format": "%(asctime)s %(levelname)s %(name)s [%(request_id)s] %(message)s",
+            "defaults": {"request_id": "-"},
+        },
+    },
+    "handlers": {
+        "console": {"class": "logging.StreamHandler", "filters": ["context"], "formatter": RQ_LOG_FORMAT},
+    },
     "root": {"handlers": ["console"], "level": env_str("LOG_LEVEL", "INFO")},
 }

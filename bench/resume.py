@@ -1,0 +1,161 @@
+"""Decision → the agent receives its resume, and how fast a burst of resumes drains.
+
+Latency: >= 300 decisions, each against a bare Celery delay() → worker → HTTP POST hop in the
+same run (alternating), p50/p95/p99. Goal: decision p50 <= 3x the bare hop's p50.
+Drain: 2,000 resumes queued at once, then 2 worker processes start; resumes per second from the
+first arrival to the last. Goal >= 250/s. Then again with 10 % of them going to an agent that hangs
+until its timeout: the others still drain at >= 80 % of the first rate.
+Real parts: PostgreSQL, a private Redis, `celery worker` processes (2 processes, 8 threads each).
+"""
+
+import os
+import sys
+import time
+import uuid
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from bench.common import percentile, save, setup_django  # noqa: E402
+
+DECISIONS = int(os.environ.get("RQ_BENCH_DECISIONS", "300"))
+BURST = int(os.environ.get("RQ_BENCH_BURST", "2000"))
+APPROVE = {"items": [{"id": "INV-1", "action": "approve"}, {"id": "INV-2", "action": "approve"}]}
+
+
+def main():
+    from tests.processes import Processes, free_port
+
+    log_dir = ROOT_LOGS
+    procs = Processes(log_dir)
+    redis_port = free_port()
+    redis_url = f"redis://127.0.0.1:{redis_port}/0"
+    os.environ["CELERY_BROKER_URL"] = redis_url
+    setup_django()
+    from bench import hop
+    from bench.receiver import Receiver
+    from holds import services
+    from holds.auth import actor_for_account
+    from holds.models import Invocation
+    from tests import factories
+    from tests.processes import service_env
+
+    fast, slow = Receiver(), Receiver(hang_seconds=30)
+    try:
+        procs.redis(redis_port)
+        cap = factories.capability(name="fast", endpoint=fast.url, timeout_seconds=10.0)
+        hanging = factories.capability(name="hanging", endpoint=slow.url, timeout_seconds=3.0)
+        decider = actor_for_account(factories.account("bench", role="member")[0])
+        env = service_env(redis_url=redis_url, RQ_CELERY_IMPORTS="bench.hop", DB_CONN_MAX_AGE="60", LOG_LEVEL="WARNING")
+
+        def workers():
+            for n in (1, 2):
+                procs.start(
+                    f"worker{n}",
+                    [
+                        str(Path(sys.executable).parent / "celery"),
+                        "-A",
+                        "reviewqueue",
+                        "worker",
+                        "-l",
+                        "warning",
+                        "--pool",
+                        "threads",
+                        "--concurrency",
+                        "8",
+                        "-n",
+                        f"bench{n}@%h",
+                    ],
+                    env,
+                )
+
+        def decide(hold):
+            services.hold_decide(hold_id=hold.pk, actor=decider, body=APPROVE)
+            return Invocation.objects.get(hold=hold).id
+
+        print(f"resume: preparing {DECISIONS} held runs …", flush=True)
+        held = [factories.held_hold(cap)[1] for _ in range(DECISIONS)]
+        workers()
+        time.sleep(3)
+        # warm both paths
+        for hold in held[:5]:
+            fast.wait_for([decide(hold)], 20)
+            hop_id = uuid.uuid4().hex
+            hop.post.delay(fast.url + "/invoke", hop_id)
+            fast.wait_for([hop_id], 20)
+        decision_ms, hop_ms = [], []
+        for hold in held[5:]:
+            t0 = time.time()
+            inv_id = decide(hold)
+            assert fast.wait_for([inv_id], 20), "a resume did not arrive"
+            decision_ms.append((fast.arrivals[inv_id] - t0) * 1000)
+            hop_id = uuid.uuid4().hex
+            t0 = time.time()
+            hop.post.delay(fast.url + "/invoke", hop_id)
+            assert fast.wait_for([hop_id], 20), "a bare hop did not arrive"
+            hop_ms.append((fast.arrivals[hop_id] - t0) * 1000)
+        d50, d95, d99 = (percentile(decision_ms, p) for p in (50, 95, 99))
+        h50, h95, h99 = (percentile(hop_ms, p) for p in (50, 95, 99))
+        print(
+            f"resume: decision→agent p50 {d50:.1f} p95 {d95:.1f} p99 {d99:.1f} ms; "
+            f"bare hop p50 {h50:.1f} p95 {h95:.1f} p99 {h99:.1f} ms ({len(decision_ms)} each)",
+            flush=True,
+        )
+
+        def burst(share_hanging: float):
+            procs.kill("worker1")
+            procs.kill("worker2")
+            n_hanging = int(BURST * share_hanging)
+            holds = [factories.held_hold(hanging if i < n_hanging else cap)[1] for i in range(BURST)]
+            normal_ids = [decide(h) for h in holds[n_hanging:]]
+            for h in holds[:n_hanging]:
+                decide(h)
+            workers()
+            assert fast.wait_for(normal_ids, 600), "the burst did not drain"
+            times = sorted(fast.arrivals[i] for i in normal_ids)
+            return len(normal_ids) / (times[-1] - times[0])
+
+        print(f"resume: draining a burst of {BURST} …", flush=True)
+        rate = burst(0.0)
+        print(f"resume: drained {BURST} at {rate:.0f}/s", flush=True)
+        rate_hanging = burst(0.10)
+        print(f"resume: with 10 % hanging, the others drained at {rate_hanging:.0f}/s", flush=True)
+    finally:
+        procs.stop_all()
+        fast.close()
+        slow.close()
+    save(
+        "resume",
+        [
+            {
+                "figure": f"decision → agent receives resume, p50 (vs bare delay→POST hop, {len(decision_ms)} each)",
+                "goal": "<= 3.0x hop",
+                "measured": f"{d50 / h50:.2f}x ({d50:.1f} vs {h50:.1f} ms)",
+                "ok": d50 <= 3 * h50,
+            },
+            {
+                "figure": "decision → agent receives resume, p95 / p99",
+                "goal": "(reported)",
+                "measured": f"{d95:.1f} / {d99:.1f} ms (hop {h95:.1f} / {h99:.1f})",
+                "ok": None,
+            },
+            {
+                "figure": f"burst of {BURST} resumes drains (2 worker processes × 8 threads)",
+                "goal": ">= 250/s",
+                "measured": f"{rate:.0f}/s",
+                "ok": rate >= 250,
+            },
+            {
+                "figure": "the same with 10 % of agents hanging until timeout (others' rate)",
+                "goal": ">= 80 % of it",
+                "measured": f"{rate_hanging:.0f}/s = {rate_hanging / rate:.0%}",
+                "ok": rate_hanging >= 0.8 * rate,
+            },
+        ],
+    )
+
+
+ROOT_LOGS = Path(__file__).resolve().parent.parent / "var" / "bench" / "logs"
+ROOT_LOGS.mkdir(parents=True, exist_ok=True)
+
+if __name__ == "__main__":
+    main()
