@@ -1,5 +1,236 @@
-"""Telling reviewers about new holds (filled in by the notifications work of issue 7)."""
+"""Telling reviewers about holds: a new hold, and one reminder before it expires.
+
+Everything here runs as Celery tasks after the ask commits, so a slow mail server or a dead webhook
+never delays or fails an ask. A message carries the intent, the capability and a link to the hold
+page, never the items' data: a reviewer sees data only after signing in. The link only opens the
+page (a GET decides nothing), so mail scanners that prefetch links change nothing.
+
+Each (hold, kind, channel) has one Notification row, which is the claim: a retried or duplicated
+task sends nothing twice once the row says sent. Beat also finds holds whose on-commit enqueue was
+lost (the broker was down) and holds due a reminder.
+"""
+
+import logging
+import re
+from datetime import timedelta
+
+import httpx
+from django.conf import settings
+from django.contrib.auth import get_user_model
+from django.core import mail
+from django.db import transaction
+from django.db.models import F, Q
+from django.urls import reverse
+from django.utils import timezone
+
+from .models import Hold, Notification
+
+log = logging.getLogger(__name__)
+
+CHANNELS = (Notification.Channel.EMAIL, Notification.Channel.WEBHOOK)
+REMIND_BEFORE = timedelta(hours=1)
+REMIND_MIN_LIFE = timedelta(hours=2)
+CLAIM_FOR = timedelta(minutes=2)
+# A hold's on-commit enqueue gets this long before beat's catch-up sends for it instead.
+CATCH_UP_AFTER = timedelta(minutes=1)
+CATCH_UP_WINDOW = timedelta(minutes=30)
+CONTROL = re.compile(r"[\x00-\x1f\x7f\u2028\u2029]+")
+
+
+class Busy(Exception):
+    """Another worker holds the claim of this notification; try again after it runs out."""
+
+
+# --- enqueueing (never raises into the caller) ---------------------------------------------------
 
 
 def hold_asked(hold_id: int) -> None:
-    """Called after an ask commits. Must never raise into the ask."""
+    """Called by services.hold_ask. Enqueues only once the ask is committed, and never raises."""
+    transaction.on_commit(lambda: enqueue(hold_id, Notification.Kind.ASKED))
+
+
+def enqueue(hold_id: int, kind: str) -> None:
+    from .notify_tasks import notify
+
+    for channel in CHANNELS:
+        try:
+            notify.delay(hold_id, kind, channel)
+        except Exception:
+            # The broker is down: beat's catch-up (or the next reminder pass) sends it later.
+            log.warning("could not enqueue the %s %s notification", kind, channel, extra={"hold_id": hold_id})
+
+
+def enqueue_due(*, now=None) -> int:
+    """Beat: holds due a reminder, and new holds whose enqueue was lost. Returns holds enqueued."""
+    now = now or timezone.now()
+    pending = Hold.objects.filter(status=Hold.Status.PENDING)
+    # Walks the pending-and-expiring partial index (hold_sweep_due); a hold is reminded once.
+    remind = (
+        pending.filter(expires_at__gt=now, expires_at__lte=now + REMIND_BEFORE)
+        .filter(expires_at__gte=F("created_at") + REMIND_MIN_LIFE)
+        .exclude(notifications__kind=Notification.Kind.REMINDER)
+        .values_list("pk", flat=True)[:500]
+    )
+    missed = (
+        pending.filter(created_at__gte=now - CATCH_UP_WINDOW, created_at__lte=now - CATCH_UP_AFTER)
+        .exclude(notifications__kind=Notification.Kind.ASKED)
+        .values_list("pk", flat=True)[:500]
+    )
+    count = 0
+    for kind, ids in ((Notification.Kind.REMINDER, list(remind)), (Notification.Kind.ASKED, list(missed))):
+        for hold_id in ids:
+            enqueue(hold_id, kind)
+            count += 1
+    return count
+
+
+# --- sending --------------------------------------------------------------------------------------
+
+
+def hold_url(hold: Hold) -> str:
+    return settings.RQ_PUBLIC_URL + reverse("hold", args=[hold.public_id])
+
+
+def one_line(text: str, limit: int = 200) -> str:
+    """Agent-written text for a header or a chat line: no line breaks or control characters."""
+    text = CONTROL.sub(" ", text).strip()
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def approver_emails(hold: Hold) -> list[str]:
+    """Active people whose role approves this capability and who have an address.
+
+    Whoever started the run is left out when `self_approval: false`: they could not decide it.
+    """
+    approvers = list(hold.capability.approvers or [])
+    people = (
+        get_user_model()
+        .objects.filter(is_active=True)
+        .exclude(email="")
+        .filter(Q(membership__role__in=approvers) | (Q(is_superuser=True) if "admin" in approvers else Q(pk__in=[])))
+    )
+    if not hold.capability.self_approval and hold.run.started_by_user_id:
+        people = people.exclude(pk=hold.run.started_by_user_id)
+    return sorted(set(people.values_list("email", flat=True)))
+
+
+def email_message(hold: Hold, kind: str, to: str) -> mail.EmailMessage:
+    capability = hold.capability.name
+    intent = one_line(hold.intent, 500)
+    if kind == Notification.Kind.REMINDER:
+        subject = f"Reminder, under an hour left: {one_line(hold.intent, 120)}"
+        opening = "A hold you may decide expires in less than an hour."
+    else:
+        subject = f"Review needed: {one_line(hold.intent, 120)}"
+        opening = "An agent is waiting for a decision."
+    expires = f"{hold.expires_at:%Y-%m-%d %H:%M} UTC" if hold.expires_at else "never"
+    body = "\n".join(
+        [
+            opening,
+            "",
+            f"Intent:     {intent}",
+            f"Capability: {capability}",
+            f"Hold:       {hold.public_id} ({hold.item_count} item{'s' if hold.item_count != 1 else ''})",
+            f"Expires:    {expires}",
+            "",
+            f"Open it: {hold_url(hold)}",
+            "",
+            "Sign in to see the items. Opening the link decides nothing.",
+            "",
+            "-- Review Queue",
+        ]
+    )
+    return mail.EmailMessage(subject=subject, body=body, from_email=settings.RQ_NOTIFY_FROM, to=[to])
+
+
+def _slack_escape(text: str) -> str:
+    # Slack's mrkdwn: only these three are special; escaping them also defuses <!channel> pings.
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
+def webhook_payload(hold: Hold, kind: str) -> dict:
+    """A Slack-compatible message (text + blocks); Mattermost and others read `text`."""
+    intent = _slack_escape(one_line(hold.intent, 500))
+    capability = _slack_escape(hold.capability.name)
+    url = hold_url(hold)
+    lead = "Reminder, under an hour left" if kind == Notification.Kind.REMINDER else "Review needed"
+    text = f"{lead}: {intent} ({capability}) <{url}|Open {hold.public_id}>"
+    expires = f"expires {hold.expires_at:%Y-%m-%d %H:%M} UTC" if hold.expires_at else "no expiry"
+    return {
+        "text": text,
+        "blocks": [
+            {"type": "section", "text": {"type": "mrkdwn", "text": f"*{lead}* · `{capability}`\n{intent}"}},
+            {
+                "type": "context",
+                "elements": [
+                    {
+                        "type": "mrkdwn",
+                        "text": f"<{url}|Open {hold.public_id}> · {hold.item_count} item(s) · {expires}",
+                    }
+                ],
+            },
+        ],
+    }
+
+
+def _claim(hold: Hold, kind: str, channel: str) -> Notification | None:
+    """The notification row, claimed for this worker; None when it was sent already."""
+    now = timezone.now()
+    row, _ = Notification.objects.get_or_create(hold=hold, kind=kind, channel=channel)
+    if row.sent_at is not None:
+        return None
+    won = (
+        Notification.objects.filter(pk=row.pk, sent_at__isnull=True)
+        .filter(Q(claimed_until__isnull=True) | Q(claimed_until__lt=now))
+        .update(claimed_until=now + CLAIM_FOR, attempts=F("attempts") + 1)
+    )
+    if won != 1:
+        if Notification.objects.filter(pk=row.pk, sent_at__isnull=False).exists():
+            return None
+        raise Busy(f"h_{hold.pk} {kind} {channel} is being sent by another worker")
+    return row
+
+
+def deliver(*, hold_id: int, kind: str, channel: str) -> str:
+    """Sends one notification if it is still due. Raises on a failure so that the task retries."""
+    hold = Hold.objects.select_related("capability", "run").filter(pk=hold_id).first()
+    if hold is None:
+        return "gone"
+    if hold.status != Hold.Status.PENDING:
+        return "not-pending"  # decided or expired already: nobody needs to hear about it
+    notify = hold.capability.notify if isinstance(hold.capability.notify, dict) else {}
+    row = _claim(hold, kind, channel)
+    if row is None:
+        return "already-sent"
+    try:
+        if channel == Notification.Channel.EMAIL:
+            recipients = approver_emails(hold) if notify.get("email", True) else []
+            if not recipients:
+                return _done(row, "skipped: email is off or no approver has an address")
+            mail.mailers.default.send_messages([email_message(hold, kind, to) for to in recipients])
+            result = f"sent to {len(recipients)}"
+        else:
+            url = notify.get("webhook")
+            if not url:
+                return _done(row, "skipped: no webhook")
+            response = httpx.post(
+                url,
+                json=webhook_payload(hold, kind),
+                timeout=settings.RQ_WEBHOOK_TIMEOUT,
+                headers={"user-agent": "ReviewQueue/0"},
+                follow_redirects=False,
+            )
+            if not 200 <= response.status_code < 300:
+                raise httpx.HTTPStatusError(
+                    f"the webhook answered HTTP {response.status_code}", request=response.request, response=response
+                )
+            result = "posted"
+    except Exception as exc:
+        Notification.objects.filter(pk=row.pk).update(claimed_until=None, last_error=f"{exc}"[:500])
+        raise
+    return _done(row, "", result)
+
+
+def _done(row: Notification, note: str, result: str | None = None) -> str:
+    Notification.objects.filter(pk=row.pk).update(sent_at=timezone.now(), claimed_until=None, last_error=note)
+    return result or note

@@ -24,7 +24,7 @@ from django.db.models import F, Q
 from django.db.models.functions import Now
 from django.utils import timezone
 
-from . import outbox
+from . import notifications, outbox
 from .auth import SYSTEM, Actor, actor_for_invocation, may_decide, run_token_hash
 from .errors import Conflict, Forbidden, Invalid, NotFound
 from .models import (
@@ -264,6 +264,8 @@ def hold_ask(*, invocation: Invocation, body) -> Hold:
                 items=len(items),
                 expires_in=ask.expires_in,
             )
+            # Reviewers hear about it after the commit; a failing notification never fails the ask.
+            notifications.hold_asked(hold.pk)
     except IntegrityError:
         # The partial unique index on pending holds: this run has asked already.
         _refuse_if_open(run)
@@ -346,9 +348,6 @@ def hold_decide(*, hold_id: int, actor: Actor, body, fingerprint: str | None = N
     by_id = {d.id: d for d in decision.items}
     now = timezone.now()
     with transaction.atomic():
-        # The run first, as the answer path does: whether the asker is still answering is read
-        # under this lock, so a resume never waits for an answer that has already been recorded.
-        Run.objects.select_for_update().filter(pk=hold.run_id).values_list("pk", flat=True).get()
         won = (
             Hold.objects.filter(pk=hold.pk, status=Hold.Status.PENDING)
             .filter(Q(expires_at__isnull=True) | Q(expires_at__gt=Now()))
@@ -399,6 +398,7 @@ def hold_decide(*, hold_id: int, actor: Actor, body, fingerprint: str | None = N
 
 
 def _create_resume(hold: Hold, resume: dict) -> Invocation:
+    # Read after the hold's row lock was taken, so an asker that has answered is seen as such.
     asker = Invocation.objects.filter(pk=hold.invocation_id).values_list("seq", "status").get()
     invocation = _resume_invocation(run_id=hold.run_id, hold_id=hold.pk, asker=asker, resume=resume)
     invocation.save(force_insert=True)
@@ -419,27 +419,34 @@ def _resume_invocation(*, run_id: int, hold_id: int, asker: tuple[int, str], res
     return invocation
 
 
+def due_holds():
+    """Pending holds past their expiry, soonest first (the partial index hold_sweep_due)."""
+    return Hold.objects.filter(status=Hold.Status.PENDING, expires_at__lte=Now()).order_by("expires_at")
+
+
 def holds_expire_due(*, limit: int | None = None) -> int:
     """One sweep batch: due pending holds become expired, each with its resume, in one step.
 
     Rows are claimed with FOR UPDATE SKIP LOCKED (where the database has it) and the UPDATE
-    re-checks `pending`, so two sweepers or a sweeper and a person never both win a hold.
+    re-checks `pending`, so two sweepers or a sweeper and a person never both win a hold. A hold
+    whose asker is recording its answer right now is locked by that answer, skipped, and swept
+    next time; otherwise the answer waits for this commit and then sees the resume it must release.
     """
     limit = limit or settings.RQ_SWEEP_BATCH
     with transaction.atomic():
-        due = (
-            Hold.objects.filter(status=Hold.Status.PENDING, expires_at__lte=Now())
-            .order_by("expires_at")
-            .select_related("run", "invocation")
-            .only("pk", "run_id", "expires_at", "run__status", "invocation__seq", "invocation__status")
-        )
+        due = due_holds()
         if connection.features.has_select_for_update_skip_locked:
-            # The run is locked with its hold (lock order run, hold, as everywhere); a run that is
-            # busy recording an answer is skipped now and swept next time.
-            due = due.select_for_update(skip_locked=True, of=("self", "run"))
-        rows = [(h.pk, h.run_id, h.invocation.seq, h.invocation.status, h.expires_at) for h in due[:limit]]
+            due = due.select_for_update(skip_locked=True)
+        rows = list(due.values_list("pk", "run_id", "invocation_id", "expires_at")[:limit])
         if not rows:
             return 0
+        # Read after the lock, so an asker that answered meanwhile is seen as answered.
+        askers = {
+            pk: (seq, status)
+            for pk, seq, status in Invocation.objects.filter(pk__in=[row[2] for row in rows]).values_list(
+                "pk", "seq", "status"
+            )
+        }
         Hold.objects.filter(pk__in=[row[0] for row in rows], status=Hold.Status.PENDING).update(
             status=Hold.Status.EXPIRED, decided_at=timezone.now(), decided_by="expired"
         )
@@ -447,10 +454,10 @@ def holds_expire_due(*, limit: int | None = None) -> int:
             _resume_invocation(
                 run_id=run_id,
                 hold_id=hold_pk,
-                asker=(asker_seq, asker_status),
+                asker=askers[asker_id],
                 resume={"hold_id": f"h_{hold_pk}", "resolved_by": "expired", "items": [], "comment": None},
             )
-            for hold_pk, run_id, asker_seq, asker_status, _ in rows
+            for hold_pk, run_id, asker_id, _ in rows
         ]
         Invocation.objects.bulk_create(invocations)
         AuditEvent.objects.bulk_create(
@@ -462,7 +469,7 @@ def holds_expire_due(*, limit: int | None = None) -> int:
                 invocation_id_ref=inv.id,
                 data={"expires_at": expires_at.isoformat()},
             )
-            for (hold_pk, run_id, _, _, expires_at), inv in zip(rows, invocations, strict=True)
+            for (hold_pk, run_id, _, expires_at), inv in zip(rows, invocations, strict=True)
         )
         _publish_on_commit(invocations)
     return len(rows)
@@ -579,7 +586,9 @@ def invocation_record(*, invocation_id: str, attempt: int, outcome: Outcome) -> 
 
 
 def _apply_outcome(invocation: Invocation, run: Run, outcome: Outcome) -> str:
-    asked = Hold.objects.filter(invocation=invocation).order_by("-pk").first()
+    # Locked: a decision or the sweep holds this lock while it creates a resume, so the answer
+    # sees that resume (and releases it) rather than racing past it.
+    asked = Hold.objects.select_for_update().filter(invocation=invocation).order_by("-pk").first()
     if outcome.kind == "answer":
         return _apply_answer(invocation, run, outcome.answer, asked)
     if outcome.kind == "gone":
@@ -713,12 +722,16 @@ def capability_enable(*, capability_id: int, actor: Actor) -> Capability:
 
 def invocations_due(*, limit: int = 500) -> list[str]:
     """The relay's query: outbox rows due now, and claims whose lease ran out (a dead worker)."""
+    return list(due_invocations().values_list("pk", flat=True)[:limit])
+
+
+def due_invocations():
+    """Outbox rows due now, and claims whose lease ran out (the partial index invocation_outbox_due)."""
     now = timezone.now()
-    due = Invocation.objects.filter(
+    return Invocation.objects.filter(
         Q(status=Invocation.Status.PENDING, next_attempt_at__lte=now)
         | Q(status=Invocation.Status.DELIVERING, lease_until__lt=now)
     ).order_by("next_attempt_at")
-    return list(due.values_list("pk", flat=True)[:limit])
 
 
 # --- run state and files -----------------------------------------------------------------------

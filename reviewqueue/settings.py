@@ -222,6 +222,8 @@ SESSION_COOKIE_HTTPONLY = True
 X_FRAME_OPTIONS = "DENY"
 SECURE_CONTENT_TYPE_NOSNIFF = True
 SECURE_SSL_REDIRECT = env_bool("SECURE_SSL_REDIRECT", not DEBUG)
+# A load balancer probes health over plain HTTP.
+SECURE_REDIRECT_EXEMPT = [r"^healthz$"]
 SECURE_HSTS_SECONDS = env_int("SECURE_HSTS_SECONDS", 0 if DEBUG else 31536000)
 SECURE_HSTS_INCLUDE_SUBDOMAINS = not DEBUG
 SECURE_HSTS_PRELOAD = not DEBUG
@@ -243,7 +245,7 @@ CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS", [])
 # Rate limits (holds/ratelimit.py): "N/period", e.g. "30/m", "20/5m"; "off" disables one.
 RQ_RATE_ASK = env_str("RQ_RATE_ASK", "30/m")  # per run token
 RQ_RATE_DECISION = env_str("RQ_RATE_DECISION", "120/m")  # per service-account key or person
-RQ_RATE_LOGIN = env_str("RQ_RATE_LOGIN", "20/5m")  # sign-in POSTs per client address
+RQ_RATE_LOGIN = env_str("RQ_RATE_LOGIN", "20/5m")  # failed sign-ins per client address
 # Sign-in lockout (django-axes): this many failures for one username from one address lock that
 # pair out for the cool-off (hours, a float); a success resets the count.
 AXES_FAILURE_LIMIT = env_int("RQ_LOGIN_FAILURE_LIMIT", 5)

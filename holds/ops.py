@@ -1,0 +1,621 @@
+"""Ops: the ops page, /metrics, /healthz, and the hourly rollup that keeps them cheap.
+
+Counting holds per request would scan a table that only grows (1,000,000 holds and more). So:
+- what is true now (pending per capability, expiring soon, undeliverable, disabled endpoints) is
+  read through the partial indexes that cover only live rows;
+- what is cumulative (decisions, expiries, resume attempts, latencies, time to decision) is read
+  from the audit log, which already records every one of those events, in two parts: sealed
+  hours (`OpsHour`, summed into `OpsTotal` in the same transaction) and the live tail since the
+  last sealed hour, an `at` range of the audit log that beat keeps at about an hour.
+Both views and /metrics therefore cost a fixed number of queries whatever the data size.
+"""
+
+import hmac
+import logging
+import math
+import time
+from collections import defaultdict
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from django.conf import settings
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.core.exceptions import PermissionDenied
+from django.db import IntegrityError, connection, transaction
+from django.db.models import Count, F, Min, OuterRef, Subquery
+from django.http import HttpResponse, HttpResponseRedirect, JsonResponse
+from django.shortcuts import render
+from django.urls import reverse
+from django.utils import timezone
+from django.utils.http import urlencode
+from django.views.decorators.cache import never_cache
+from django.views.decorators.http import require_GET, require_POST
+
+from . import services
+from .auth import actor_for_user, may_view
+from .errors import Forbidden, ServiceError
+from .models import AuditEvent, Capability, Hold, Invocation, OpsHour, OpsTotal
+
+log = logging.getLogger(__name__)
+
+HOUR = timedelta(hours=1)
+# An hour is sealed this long after it ends, so that transactions still open at its end commit first.
+SEAL_LAG = timedelta(minutes=10)
+INF = math.inf
+# Time to decision (seconds): minutes to a week; the ops page interpolates percentiles inside a bucket.
+TTD_BUCKETS = (60, 300, 900, 1800, 3600, 7200, 14400, 28800, 86400, 172800, 604800, INF)
+# Decision -> delivery of the resume (seconds).
+LATENCY_BUCKETS = (0.5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600, INF)
+TAIL_KINDS = ("hold.asked", "hold.decided", "hold.expired", "invocation.attempt")
+ACTIONS = ("approve", "edit", "reject", "feedback")
+ATTEMPT_OUTCOMES = ("answered", "retry", "failed", "undeliverable", "parked")
+LIST_LIMIT = 20
+
+
+def bound_label(bound: float) -> str:
+    return "+Inf" if bound == INF else f"{bound:g}"
+
+
+def bucket_of(bounds: tuple, seconds: float) -> str:
+    for bound in bounds:
+        if seconds <= bound:
+            return bound_label(bound)
+    return "+Inf"
+
+
+def floor_hour(moment: datetime) -> datetime:
+    return moment.replace(minute=0, second=0, microsecond=0)
+
+
+# --- reading the audit log --------------------------------------------------------------------
+
+
+def _events(start: datetime | None, end: datetime | None = None):
+    """Countable audit events in [start, end), each with what it needs from its hold or invocation.
+
+    One query: the hold's creation and the invocation's kind come from primary-key subqueries.
+    """
+    events = AuditEvent.objects.filter(kind__in=TAIL_KINDS)
+    if start is not None:
+        events = events.filter(at__gte=start)
+    if end is not None:
+        events = events.filter(at__lt=end)
+    invocation = Invocation.objects.filter(pk=OuterRef("invocation_id_ref"))
+    return (
+        events.annotate(
+            hold_created=Subquery(Hold.objects.filter(pk=OuterRef("hold_id_ref")).values("created_at")[:1]),
+            inv_kind=Subquery(invocation.values("kind")[:1]),
+            inv_created=Subquery(invocation.values("created_at")[:1]),
+        )
+        .order_by()
+        .values_list("kind", "at", "data", "hold_created", "inv_kind", "inv_created")
+    )
+
+
+def _tally(rows) -> dict[datetime, dict[tuple[str, str], float]]:
+    """Per hour: (metric, label) -> value."""
+    hours: dict = defaultdict(lambda: defaultdict(float))
+    for kind, at, data, hold_created, inv_kind, inv_created in rows:
+        counts = hours[floor_hour(at)]
+        data = data if isinstance(data, dict) else {}
+        if kind == "hold.asked":
+            counts["asked", ""] += 1
+        elif kind == "hold.expired":
+            counts["expired", ""] += 1
+        elif kind == "hold.decided":
+            counts["decided", ""] += 1
+            for action in (data.get("actions") or {}).values():
+                counts["action", str(action)] += 1
+            if hold_created is not None:
+                seconds = max(0.0, (at - hold_created).total_seconds())
+                counts["ttd", bucket_of(TTD_BUCKETS, seconds)] += 1
+                counts["ttd_sum", ""] += seconds
+        elif kind == "invocation.attempt" and inv_kind == Invocation.Kind.RESUME:
+            result = str(data.get("result", ""))
+            counts["attempt", result] += 1
+            # The first answer of a resume is its delivery; one invocation answers once.
+            if result == "answered" and inv_created is not None:
+                seconds = max(0.0, (at - inv_created).total_seconds())
+                counts["latency", bucket_of(LATENCY_BUCKETS, seconds)] += 1
+                counts["latency_sum", ""] += seconds
+    return hours
+
+
+def _merge(into: dict, counts: dict) -> dict:
+    for key, value in counts.items():
+        into[key] = into.get(key, 0) + value
+    return into
+
+
+def sealed_until() -> datetime | None:
+    """The end of the last sealed hour: the live tail starts here."""
+    last = OpsHour.objects.filter(metric="sealed", label="").order_by("-hour").values_list("hour", flat=True).first()
+    return last + HOUR if last else None
+
+
+# --- sealing (a beat task) --------------------------------------------------------------------
+
+
+def rollup(*, now: datetime | None = None, max_hours: int = 500) -> int:
+    """Seals every finished hour not sealed yet, oldest first. Safe to run twice, or concurrently:
+    the unique `sealed` row of an hour lets only one sealer write it. Returns hours sealed."""
+    now = now or timezone.now()
+    start = sealed_until()
+    if start is None:
+        first = AuditEvent.objects.order_by("at").values_list("at", flat=True).first()
+        if first is None:
+            return 0
+        start = floor_hour(first)
+    sealed = 0
+    while start + HOUR <= now - SEAL_LAG and sealed < max_hours:
+        try:
+            _seal(start)
+        except IntegrityError:
+            return sealed  # another sealer has this hour; it carries on from here
+        start += HOUR
+        sealed += 1
+    return sealed
+
+
+def _seal(hour: datetime) -> None:
+    with transaction.atomic():
+        OpsHour.objects.create(hour=hour, metric="sealed", label="", value=1)
+        counts: dict = {}
+        for per_hour in _tally(_events(hour, hour + HOUR)).values():
+            _merge(counts, per_hour)
+        OpsHour.objects.bulk_create(
+            OpsHour(hour=hour, metric=metric, label=label, value=value) for (metric, label), value in counts.items()
+        )
+        for (metric, label), value in counts.items():
+            if not OpsTotal.objects.filter(metric=metric, label=label).update(value=F("value") + value):
+                OpsTotal.objects.create(metric=metric, label=label, value=value)
+
+
+# --- snapshots ----------------------------------------------------------------------------------
+
+
+def totals() -> dict[tuple[str, str], float]:
+    """Every counter since the beginning: sealed totals plus the live tail. Three queries."""
+    start = sealed_until()
+    counts = {(m, label): v for m, label, v in OpsTotal.objects.values_list("metric", "label", "value")}
+    for per_hour in _tally(_events(start)).values():
+        _merge(counts, per_hour)
+    return counts
+
+
+def hourly(since: datetime) -> dict[datetime, dict]:
+    """Per hour from `since` (an hour start) to now: sealed rows plus the live tail. Three queries."""
+    start = sealed_until()
+    hours: dict = defaultdict(dict)
+    rows = OpsHour.objects.filter(hour__gte=since).exclude(metric="sealed")
+    for hour, metric, label, value in rows.values_list("hour", "metric", "label", "value"):
+        hours[hour][metric, label] = value
+    tail_start = max(start, since) if start else since
+    for hour, counts in _tally(_events(tail_start)).items():
+        _merge(hours[hour], counts)
+    return hours
+
+
+def percentile(counts: dict, q: float, bounds: tuple = TTD_BUCKETS) -> float | None:
+    """The q-quantile from bucket counts, linearly interpolated inside its bucket."""
+    total = sum(counts.get(bound_label(b), 0) for b in bounds)
+    if not total:
+        return None
+    target, seen, lower = q * total, 0.0, 0.0
+    for bound in bounds:
+        count = counts.get(bound_label(bound), 0)
+        if count and seen + count >= target:
+            if bound == INF:
+                return lower
+            return lower + (bound - lower) * (target - seen) / count
+        seen += count
+        lower = bound if bound != INF else lower
+    return lower
+
+
+def state() -> dict:
+    """What is true now, through partial indexes only."""
+    now = timezone.now()
+    capabilities = list(Capability.objects.order_by("name"))
+    pending = {
+        row["capability_id"]: row
+        for row in Hold.objects.filter(status=Hold.Status.PENDING)
+        .values("capability_id")
+        .annotate(n=Count("id"), oldest=Min("created_at"))
+        .order_by()
+    }
+    return {"now": now, "capabilities": capabilities, "pending": pending}
+
+
+# --- /metrics -----------------------------------------------------------------------------------
+
+
+class _Collector:
+    def __init__(self, live: dict, counts: dict, undeliverable: int):
+        self.live, self.counts, self.undeliverable = live, counts, undeliverable
+
+    def collect(self):
+        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
+
+        now = self.live["now"]
+        pending = GaugeMetricFamily("rq_holds_pending", "Pending holds", labels=["capability"])
+        oldest = GaugeMetricFamily(
+            "rq_oldest_pending_seconds", "Age of the oldest pending hold (0 when none)", labels=["capability"]
+        )
+        for capability in self.live["capabilities"]:
+            row = self.live["pending"].get(capability.pk)
+            pending.add_metric([capability.name], row["n"] if row else 0)
+            oldest.add_metric([capability.name], (now - row["oldest"]).total_seconds() if row else 0)
+        yield pending
+        yield oldest
+        asked = CounterMetricFamily("rq_holds_asked", "Holds asked")
+        asked.add_metric([], self.counts.get(("asked", ""), 0))
+        yield asked
+        decisions = CounterMetricFamily(
+            "rq_decisions", "Decided items by action (one decision decides 1-100 items)", labels=["action"]
+        )
+        for action in sorted(set(ACTIONS) | {label for metric, label in self.counts if metric == "action"}):
+            decisions.add_metric([action], self.counts.get(("action", action), 0))
+        yield decisions
+        decided = CounterMetricFamily("rq_holds_decided", "Holds decided by a person or service account")
+        decided.add_metric([], self.counts.get(("decided", ""), 0))
+        yield decided
+        expired = CounterMetricFamily("rq_holds_expired", "Holds that expired undecided")
+        expired.add_metric([], self.counts.get(("expired", ""), 0))
+        yield expired
+        attempts = CounterMetricFamily(
+            "rq_resume_attempts", "Delivery attempts of resumes by outcome", labels=["outcome"]
+        )
+        for outcome in sorted(set(ATTEMPT_OUTCOMES) | {lb for m, lb in self.counts if m == "attempt"}):
+            attempts.add_metric([outcome], self.counts.get(("attempt", outcome), 0))
+        yield attempts
+        undeliverable = GaugeMetricFamily("rq_resume_undeliverable", "Resumes whose retries ran out")
+        undeliverable.add_metric([], self.undeliverable)
+        yield undeliverable
+        yield _histogram(
+            HistogramMetricFamily,
+            "rq_resume_delivery_latency_seconds",
+            "From the decision (or expiry) to the agent's answer to the resume",
+            self.counts,
+            "latency",
+            LATENCY_BUCKETS,
+        )
+        yield _histogram(
+            HistogramMetricFamily,
+            "rq_time_to_decision_seconds",
+            "From ask to decision",
+            self.counts,
+            "ttd",
+            TTD_BUCKETS,
+        )
+
+
+def _histogram(family, name, documentation, counts, metric, bounds):
+    from prometheus_client.utils import floatToGoString
+
+    cumulative, buckets = 0.0, []
+    for bound in bounds:
+        cumulative += counts.get((metric, bound_label(bound)), 0)
+        buckets.append((floatToGoString(bound), cumulative))
+    histogram = family(name, documentation)
+    histogram.add_metric([], buckets, counts.get((metric + "_sum", ""), 0))
+    return histogram
+
+
+def _bearer_ok(request) -> bool:
+    scheme, _, token = request.headers.get("authorization", "").partition(" ")
+    expected = settings.RQ_METRICS_TOKEN
+    return scheme.lower() == "bearer" and hmac.compare_digest(token.strip().encode(), expected.encode())
+
+
+@require_GET
+@never_cache
+def metrics(request):
+    if not settings.RQ_METRICS_TOKEN:
+        return HttpResponse("metrics are off: set RQ_METRICS_TOKEN\n", status=404, content_type="text/plain")
+    if not _bearer_ok(request):
+        response = HttpResponse(
+            "send Authorization: Bearer <RQ_METRICS_TOKEN>\n", status=401, content_type="text/plain"
+        )
+        response["WWW-Authenticate"] = 'Bearer realm="metrics"'
+        return response
+    from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+
+    undeliverable = Invocation.objects.filter(
+        status=Invocation.Status.UNDELIVERABLE, kind=Invocation.Kind.RESUME
+    ).count()
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(_Collector(state(), totals(), undeliverable))
+    return HttpResponse(generate_latest(registry), content_type=CONTENT_TYPE_LATEST)
+
+
+# --- /healthz -----------------------------------------------------------------------------------
+
+
+def _check(probe) -> dict:
+    started = time.monotonic()
+    try:
+        probe()
+    except Exception as exc:  # any failure is the answer here, not a crash
+        log.warning("health check failed: %s", type(exc).__name__, exc_info=True)
+        # The class only: a message could carry a broker URL with its password.
+        return {"ok": False, "error": type(exc).__name__, "ms": round((time.monotonic() - started) * 1000, 1)}
+    return {"ok": True, "ms": round((time.monotonic() - started) * 1000, 1)}
+
+
+def _database() -> None:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT 1")
+        cursor.fetchone()
+
+
+def _broker() -> None:
+    from kombu import Connection
+
+    timeout = settings.RQ_HEALTH_TIMEOUT
+    with Connection(
+        settings.CELERY_BROKER_URL,
+        transport_options=dict(settings.CELERY_BROKER_TRANSPORT_OPTIONS),
+        connect_timeout=timeout,
+    ) as conn:
+        conn.ensure_connection(max_retries=1, interval_start=0, interval_step=0, timeout=timeout)
+
+
+@require_GET
+@never_cache
+def healthz(request):
+    checks = {"database": _check(_database), "broker": _check(_broker)}
+    ok = all(check["ok"] for check in checks.values())
+    return JsonResponse({"status": "ok" if ok else "fail", "checks": checks}, status=200 if ok else 503)
+
+
+# --- the ops page -------------------------------------------------------------------------------
+
+
+@dataclass
+class Bar:
+    hour: datetime
+    decided: int
+    expired: int
+    x: float
+    width: float
+    y_decided: float
+    h_decided: float
+    y_expired: float
+    h_expired: float
+
+
+CHART_W, CHART_H, CHART_LEFT, CHART_BOTTOM, CHART_TOP = 720, 200, 36, 22, 8
+
+
+def _nice_max(value: float) -> int:
+    if value <= 4:
+        return 4
+    magnitude = 10 ** math.floor(math.log10(value))
+    for step in (1, 2, 2.5, 5, 10):
+        if value <= step * magnitude:
+            return int(math.ceil(step * magnitude))
+    return int(value)
+
+
+def chart(hours: dict, now: datetime) -> dict:
+    """Decisions and expiries per hour for the last 48 hours, as SVG geometry."""
+    first = floor_hour(now) - 47 * HOUR
+    series = []
+    for n in range(48):
+        hour = first + n * HOUR
+        counts = hours.get(hour, {})
+        series.append((hour, int(counts.get(("decided", ""), 0)), int(counts.get(("expired", ""), 0))))
+    top = _nice_max(max((d + e for _, d, e in series), default=0))
+    plot_w, plot_h = CHART_W - CHART_LEFT - 4, CHART_H - CHART_BOTTOM - CHART_TOP
+    slot = plot_w / 48
+    bars = []
+    for n, (hour, decided, expired) in enumerate(series):
+        h_decided = plot_h * decided / top
+        h_expired = plot_h * expired / top
+        base = CHART_TOP + plot_h
+        bars.append(
+            Bar(
+                hour=hour,
+                decided=decided,
+                expired=expired,
+                x=round(CHART_LEFT + n * slot + 1, 2),
+                width=round(slot - 2, 2),
+                y_decided=round(base - h_decided, 2),
+                h_decided=round(h_decided, 2),
+                y_expired=round(base - h_decided - h_expired, 2),
+                h_expired=round(h_expired, 2),
+            )
+        )
+    # Gridlines only where the value is a whole number of decisions.
+    fractions = (0, 0.25, 0.5, 0.75, 1) if top % 4 == 0 else (0, 0.5, 1) if top % 2 == 0 else (0, 1)
+    grid = [{"value": round(top * f), "y": round(CHART_TOP + plot_h * (1 - f), 2)} for f in fractions]
+    ticks = [
+        {"x": round(bar.x + bar.width / 2, 2), "label": f"{bar.hour:%H}:00"}
+        for n, bar in enumerate(bars)
+        if bar.hour.hour % 6 == 0
+    ]
+    return {
+        "bars": bars,
+        "grid": grid,
+        "ticks": ticks,
+        "width": CHART_W,
+        "height": CHART_H,
+        "left": CHART_LEFT,
+        "top": CHART_TOP,
+        "plot_h": plot_h,
+        "right": CHART_W - 4,
+        "base": CHART_TOP + plot_h,
+        "label_y": CHART_H - 6,
+        "total_decided": sum(d for _, d, _ in series),
+        "total_expired": sum(e for _, _, e in series),
+    }
+
+
+def _window(hours: dict, since: datetime) -> dict:
+    counts: dict = {}
+    for hour, per_hour in hours.items():
+        if hour >= since:
+            _merge(counts, per_hour)
+    return counts
+
+
+def _summary(counts: dict) -> dict:
+    ttd = {label: v for (metric, label), v in counts.items() if metric == "ttd"}
+    decided, expired = int(counts.get(("decided", ""), 0)), int(counts.get(("expired", ""), 0))
+    p50, p90 = percentile(ttd, 0.5), percentile(ttd, 0.9)
+    share = (expired / (decided + expired)) if decided + expired else None
+    return {
+        "decided": decided,
+        "expired": expired,
+        "resolved": decided + expired,
+        "p50": p50,
+        "p90": p90,
+        "p50_text": duration(p50),
+        "p90_text": duration(p90),
+        "expired_share": share,
+        "share_text": "—" if share is None else f"{share:.1%}".replace(".0%", "%"),
+    }
+
+
+def duration(seconds: float | None) -> str:
+    """A short span: 45s, 12m, 3h 05m, 2d 4h (percentiles come from buckets, so no false precision)."""
+    if seconds is None:
+        return "—"
+    seconds = int(round(seconds))
+    days, rest = divmod(seconds, 86400)
+    hours, rest = divmod(rest, 3600)
+    minutes, secs = divmod(rest, 60)
+    if days:
+        return f"{days}d {hours}h"
+    if hours:
+        return f"{hours}h {minutes:02d}m"
+    if minutes:
+        return f"{minutes}m"
+    return f"{secs}s"
+
+
+def ops_context(actor) -> dict:
+    """Everything the ops page shows, in a fixed number of queries."""
+    live = state()
+    now = live["now"]
+    by_pk = {c.pk: c for c in live["capabilities"]}
+    pending = []
+    for capability in live["capabilities"]:
+        row = live["pending"].get(capability.pk)
+        pending.append(
+            {
+                "capability": capability,
+                "queue_url": reverse("queue") + "?" + urlencode({"capability": capability.name, "all": "1"}),
+                "count": row["n"] if row else 0,
+                "oldest": row["oldest"] if row else None,
+            }
+        )
+    oldest = min((p["oldest"] for p in pending if p["oldest"]), default=None)
+    soon = Hold.objects.filter(status=Hold.Status.PENDING, expires_at__lte=now + HOUR)
+    expiring = list(
+        soon.order_by("expires_at", "id").values("id", "intent", "capability_id", "expires_at")[:LIST_LIMIT]
+    )
+    for hold in expiring:
+        hold["public_id"] = f"h_{hold['id']}"
+        hold["capability"] = by_pk.get(hold["capability_id"])
+    stuck = Invocation.objects.filter(status=Invocation.Status.UNDELIVERABLE)
+    undeliverable = list(
+        stuck.order_by("-created_at").values(
+            "id", "kind", "run_id", "hold_id", "attempts", "last_error", "created_at", "run__capability__name"
+        )[:LIST_LIMIT]
+    )
+    for inv in undeliverable:
+        inv["hold_public_id"] = f"h_{inv['hold_id']}" if inv["hold_id"] else ""
+    parked = dict(
+        Invocation.objects.filter(status=Invocation.Status.PARKED)
+        .values_list("run__capability_id")
+        .annotate(n=Count("id"))
+        .order_by()
+    )
+    disabled = [
+        {"capability": c, "parked": parked.get(c.pk, 0)}
+        for c in live["capabilities"]
+        if c.endpoint_disabled_at is not None
+    ]
+    hours = hourly(floor_hour(now) - 7 * 24 * HOUR)
+    return {
+        "now": now,
+        "pending": pending,
+        "pending_total": sum(p["count"] for p in pending),
+        "oldest": oldest,
+        "expiring": expiring,
+        "expiring_count": soon.count(),
+        "undeliverable": undeliverable,
+        "undeliverable_count": stuck.count(),
+        "disabled": disabled,
+        "day": _summary(_window(hours, now - 24 * HOUR)),
+        "week": _summary(_window(hours, now - 7 * 24 * HOUR)),
+        "chart": chart(hours, now),
+        "is_admin": actor.is_admin,
+        "role": actor.role,
+        "nav": "ops",
+        "list_limit": LIST_LIMIT,
+    }
+
+
+def _ops_actor(request):
+    actor = actor_for_user(request.user)
+    if not may_view(actor):
+        raise PermissionDenied("your account has no role")
+    return actor
+
+
+@require_GET
+@login_required
+def ops_page(request):
+    actor = _ops_actor(request)
+    template = "holds/ops.html" + ("#ops-body" if request.htmx else "")
+    return render(request, template, ops_context(actor))
+
+
+@require_GET
+@login_required
+def ops_fragment(request):
+    """The self-refreshing part of /ops (HTMX polls it; it is a plain page without JS too)."""
+    actor = _ops_actor(request)
+    return render(request, "holds/ops.html#ops-body", ops_context(actor))
+
+
+def _act(request, do, done: str) -> HttpResponse:
+    """Runs an admin action through services and goes back to /ops (303, so the browser GETs it)."""
+    actor = actor_for_user(request.user)
+    try:
+        result = do(actor)
+    except Forbidden as exc:
+        raise PermissionDenied(exc.message) from None
+    except ServiceError as exc:
+        messages.error(request, exc.message)
+    else:
+        messages.success(request, done.format(result=result))
+    return HttpResponseRedirect303(reverse("ops"))
+
+
+class HttpResponseRedirect303(HttpResponseRedirect):
+    status_code = 303
+
+
+@require_POST
+@login_required
+def ops_retry(request, invocation_id: str):
+    return _act(
+        request,
+        lambda actor: services.invocation_retry(invocation_id=invocation_id, actor=actor),
+        "{result.id} is due again and will be sent within seconds.",
+    )
+
+
+@require_POST
+@login_required
+def ops_enable(request, capability_id: int):
+    return _act(
+        request,
+        lambda actor: services.capability_enable(capability_id=capability_id, actor=actor),
+        "The endpoint of {result.name} is enabled; its parked invocations are due again.",
+    )

@@ -1,0 +1,45 @@
+"""The sweep, relay and token queries use their indexes, not a sequential scan, once there is enough data for the
+planner to care (PostgreSQL, 20,000 seeded holds). The queue and history queries are pinned the
+same way in test_view_queue.py."""
+
+import pytest
+from django.db import connection
+
+from holds import seeding, services
+from holds.auth import run_token_for
+from holds.models import Invocation
+
+pytestmark = [pytest.mark.django_db, pytest.mark.needs_postgres]
+
+
+@pytest.fixture
+def seeded(db):
+    seeding.seed(holds=20_000, capability_count=3, items=1)
+    with connection.cursor() as cursor:
+        cursor.execute("ANALYZE")
+
+
+def plan(queryset) -> str:
+    return queryset.explain()
+
+
+def test_the_sweep_reads_due_holds_through_its_partial_index(seeded):
+    text = plan(services.due_holds()[:1000])
+    # Either partial index of pending holds will do (hold_sweep_due or one_pending_hold_per_run):
+    # both hold only pending rows, so the sweep never reads the decided history.
+    assert "hold_sweep_due" in text or "one_pending_hold_per_run" in text, text
+    assert "Seq Scan on holds_hold" not in text, text
+
+
+def test_the_relay_reads_due_invocations_through_the_outbox_index(seeded):
+    text = plan(services.due_invocations()[:500])
+    assert "invocation_outbox_due" in text and "Seq Scan on holds_invocation" not in text, text
+
+
+def test_a_token_finds_its_invocation_by_primary_key(seeded):
+    invocation = Invocation.objects.order_by("pk").first()
+    query = Invocation.objects.select_related("run", "run__capability").filter(
+        pk=run_token_for(invocation.id).removeprefix("tok_").partition(".")[0]
+    )
+    text = plan(query)
+    assert "Index Scan using holds_invocation_" in text and "Seq Scan on holds_invocation" not in text, text

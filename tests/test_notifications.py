@@ -1,0 +1,264 @@
+"""Notifications: email to approvers and a Slack-compatible webhook, as Celery tasks after commit;
+the intent, capability and a link, never item data; one reminder; retried and logged on failure."""
+
+import datetime as dt
+import logging
+
+import pytest
+from django.core import mail
+from django.utils import timezone
+
+from holds import notifications, notify_tasks, services
+from holds.auth import actor_for_user
+from holds.models import Hold, Notification
+from tests import factories
+from tests.agent_double import AgentDouble
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture(autouse=True)
+def _fast_passwords(settings):
+    # People are made by the dozen here; a slow password hash would only slow the tests.
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+
+
+LEAKY = {
+    "intent": "Pay <!channel> & 2 invoices",
+    "details": "Internal note: account IBAN DE89-SECRET-DETAILS",
+    "items": [
+        {
+            "id": "INV-1",
+            "title": "Payee title TOP-SECRET-TITLE",
+            "data": {"payee": "SECRET-PAYEE", "amount": "98765.43"},
+        },
+        {"id": "INV-2", "title": "Another title", "data": {"payee": "OTHER-SECRET", "amount": "11.11"}},
+    ],
+}
+SECRETS = ("SECRET-PAYEE", "98765.43", "OTHER-SECRET", "TOP-SECRET-TITLE", "SECRET-DETAILS", "IBAN")
+
+
+@pytest.fixture(autouse=True)
+def locmem_mail(settings):
+    settings.MAILERS = {"default": {"BACKEND": "django.core.mail.backends.locmem.EmailBackend"}}
+    mail.outbox = []
+
+
+@pytest.fixture
+def people(db):
+    alice = factories.person("alice", role="admin")
+    mona = factories.person("mona", role="member")
+    vic = factories.person("vic", role="viewer")
+    nomail = factories.person("nomail", role="member")
+    for user, address in ((alice, "alice@example.com"), (mona, "mona@example.com"), (vic, "vic@example.com")):
+        user.email = address
+        user.save()
+    return {"alice": alice, "mona": mona, "vic": vic, "nomail": nomail}
+
+
+@pytest.fixture
+def webhook():
+    double = AgentDouble()
+    double.default = (200, {"ok": True})
+    yield double
+    double.close()
+
+
+def leaky_hold(cap, **overrides):
+    return factories.held_hold(cap, factories.ask_body(**{**LEAKY, **overrides}))[1]
+
+
+def test_it_emails_approvers_the_intent_capability_and_link_and_no_item_data(people):
+    cap = factories.capability(approvers=["admin", "member"])
+    hold = leaky_hold(cap)
+    assert notifications.deliver(hold_id=hold.pk, kind="asked", channel="email") == "sent to 2"
+    assert sorted(m.to[0] for m in mail.outbox) == ["alice@example.com", "mona@example.com"]  # not the viewer
+    message = mail.outbox[0]
+    assert message.subject == "Review needed: Pay <!channel> & 2 invoices"
+    assert "Pay <!channel> & 2 invoices" in message.body
+    assert "pay_invoices" in message.body
+    assert f"http://127.0.0.1:8000/holds/{hold.public_id}" in message.body
+    assert "2 items" in message.body
+    whole = message.message().as_string()
+    for secret in SECRETS:
+        assert secret not in whole, secret
+
+
+def test_it_emails_only_admins_when_only_admins_approve(people):
+    cap = factories.capability(approvers=["admin"])
+    hold = leaky_hold(cap)
+    notifications.deliver(hold_id=hold.pk, kind="asked", channel="email")
+    assert [m.to for m in mail.outbox] == [["alice@example.com"]]
+
+
+def test_it_keeps_line_breaks_of_an_intent_out_of_the_subject(people):
+    cap = factories.capability()
+    hold = leaky_hold(cap, intent="Pay\r\nBcc: victim@example.com")
+    notifications.deliver(hold_id=hold.pk, kind="asked", channel="email")
+    assert mail.outbox[0].subject == "Review needed: Pay Bcc: victim@example.com"
+    assert mail.outbox[0].message()["Bcc"] is None and mail.outbox[0].bcc == []
+
+
+def test_it_leaves_out_the_person_who_started_the_run_without_self_approval(people):
+    cap = factories.capability(self_approval=False)
+    run = factories.start_run(cap, actor=actor_for_user(people["mona"]))
+    invocation, _ = factories.deliver_now(run)
+    hold = services.hold_ask(invocation=invocation, body=factories.ask_body())
+    notifications.deliver(hold_id=hold.pk, kind="asked", channel="email")
+    assert [m.to for m in mail.outbox] == [["alice@example.com"]]
+
+
+def test_it_sends_each_notification_once(people):
+    cap = factories.capability()
+    hold = leaky_hold(cap)
+    notifications.deliver(hold_id=hold.pk, kind="asked", channel="email")
+    assert notifications.deliver(hold_id=hold.pk, kind="asked", channel="email") == "already-sent"
+    assert len(mail.outbox) == 2
+    row = Notification.objects.get(hold=hold, kind="asked", channel="email")
+    assert row.sent_at is not None and row.attempts == 1
+
+
+def test_it_skips_email_when_the_capability_turns_it_off(people):
+    cap = factories.capability(notify={"email": False})
+    hold = leaky_hold(cap)
+    assert notifications.deliver(hold_id=hold.pk, kind="asked", channel="email").startswith("skipped")
+    assert mail.outbox == []
+
+
+def test_it_tells_nobody_about_a_hold_that_is_no_longer_pending(people):
+    cap = factories.capability()
+    hold = leaky_hold(cap)
+    services.hold_decide(
+        hold_id=hold.pk,
+        actor=actor_for_user(people["mona"]),
+        body={"items": [{"id": "INV-1", "action": "approve"}, {"id": "INV-2", "action": "approve"}]},
+    )
+    assert notifications.deliver(hold_id=hold.pk, kind="asked", channel="email") == "not-pending"
+    assert mail.outbox == []
+
+
+def test_it_posts_a_slack_compatible_message_to_the_webhook(people, webhook):
+    cap = factories.capability(notify={"webhook": webhook.url + "/hooks/T1"})
+    hold = leaky_hold(cap)
+    assert notifications.deliver(hold_id=hold.pk, kind="asked", channel="webhook") == "posted"
+    [request] = webhook.requests
+    assert request["path"] == "/hooks/T1"
+    assert request["headers"]["Content-Type"] == "application/json"
+    body = request["body"]
+    link = f"http://127.0.0.1:8000/holds/{hold.public_id}"
+    # Slack's escaping: "<!channel>" cannot ping anyone, "&" stays text.
+    assert (
+        body["text"]
+        == f"Review needed: Pay &lt;!channel&gt; &amp; 2 invoices (pay_invoices) <{link}|Open {hold.public_id}>"
+    )
+    assert body["blocks"][0]["type"] == "section" and "`pay_invoices`" in body["blocks"][0]["text"]["text"]
+    assert link in body["blocks"][1]["elements"][0]["text"]
+    for secret in SECRETS:
+        assert secret not in request["raw"].decode(), secret
+
+
+def test_it_retries_a_failing_webhook_and_logs_each_failure(people, webhook, caplog):
+    cap = factories.capability(notify={"webhook": webhook.url})
+    hold = leaky_hold(cap)
+    webhook.script = [(500, {"error": "down"}), (503, {"error": "down"})]
+    with caplog.at_level(logging.WARNING, logger="holds.notify_tasks"):
+        # apply() runs the task here; Celery re-runs an eager task's retries at once.
+        notify_tasks.notify.apply(args=(hold.pk, "asked", "webhook"))
+    assert len(webhook.requests) == 3
+    failures = [r for r in caplog.records if "failed (try" in r.getMessage()]
+    assert len(failures) == 2 and failures[0].hold_id == hold.pk
+    row = Notification.objects.get(hold=hold, channel="webhook")
+    assert row.sent_at is not None and row.attempts == 3
+
+
+def test_it_gives_up_after_the_retry_limit_and_logs_an_error(people, webhook, settings, caplog):
+    settings.RQ_NOTIFY_RETRIES = 2
+    cap = factories.capability(notify={"webhook": webhook.url})
+    hold = leaky_hold(cap)
+    webhook.default = (500, {"error": "down"})
+    with caplog.at_level(logging.WARNING, logger="holds.notify_tasks"):
+        notify_tasks.notify.apply(args=(hold.pk, "asked", "webhook"))
+    assert len(webhook.requests) == 3
+    assert [r.levelname for r in caplog.records if "gave up" in r.getMessage()] == ["ERROR"]
+    row = Notification.objects.get(hold=hold, channel="webhook")
+    assert row.sent_at is None and "HTTP 500" in row.last_error
+
+
+def test_it_enqueues_both_channels_only_after_the_ask_commits(people, monkeypatch, django_capture_on_commit_callbacks):
+    sent = []
+    monkeypatch.setattr(notify_tasks.notify, "delay", lambda *args: sent.append(args))
+    hold = leaky_hold(factories.capability())
+    with django_capture_on_commit_callbacks(execute=False) as callbacks:
+        notifications.hold_asked(hold.pk)
+    assert sent == [] and len(callbacks) == 1
+    callbacks[0]()
+    assert sent == [(hold.pk, "asked", "email"), (hold.pk, "asked", "webhook")]
+
+
+def test_it_never_blocks_the_ask_when_the_broker_is_down(
+    people, monkeypatch, caplog, django_capture_on_commit_callbacks
+):
+    def down(*args):
+        raise ConnectionError("broker down")
+
+    monkeypatch.setattr(notify_tasks.notify, "delay", down)
+    hold = leaky_hold(factories.capability())
+    with caplog.at_level(logging.WARNING), django_capture_on_commit_callbacks(execute=True):
+        notifications.hold_asked(hold.pk)  # no exception reaches the ask
+    assert [r.hold_id for r in caplog.records if "could not enqueue" in r.getMessage()] == [hold.pk, hold.pk]
+
+
+def test_it_is_called_by_the_ask(people, monkeypatch, django_capture_on_commit_callbacks):
+    sent = []
+    monkeypatch.setattr(notify_tasks.notify, "delay", lambda *args: sent.append(args))
+    with django_capture_on_commit_callbacks(execute=True):
+        hold = leaky_hold(factories.capability())
+    assert (hold.pk, "asked", "email") in sent
+
+
+def test_it_catches_up_on_asks_whose_enqueue_was_lost(people, monkeypatch):
+    sent = []
+    monkeypatch.setattr(notify_tasks.notify, "delay", lambda *args: sent.append(args))
+    hold = leaky_hold(factories.capability())
+    assert notifications.enqueue_due() == 0  # too fresh: the on-commit path has a minute
+    assert notifications.enqueue_due(now=timezone.now() + dt.timedelta(minutes=5)) == 1
+    assert sent == [(hold.pk, "asked", "email"), (hold.pk, "asked", "webhook")]
+    notifications.deliver(hold_id=hold.pk, kind="asked", channel="email")
+    notifications.deliver(hold_id=hold.pk, kind="asked", channel="webhook")
+    sent.clear()
+    assert notifications.enqueue_due(now=timezone.now() + dt.timedelta(minutes=6)) == 0
+
+
+def test_it_reminds_once_when_a_long_hold_has_under_an_hour_left(people, monkeypatch):
+    sent = []
+    monkeypatch.setattr(notify_tasks.notify, "delay", lambda *args: sent.append(args))
+    cap = factories.capability()
+    long_hold = leaky_hold(cap, expires_in=3 * 3600)
+    short_hold = leaky_hold(cap, expires_in=90 * 60)  # under 2 h of life: no reminder
+    Notification.objects.bulk_create(
+        Notification(hold=h, kind="asked", channel=c, sent_at=timezone.now())
+        for h in (long_hold, short_hold)
+        for c in ("email", "webhook")
+    )
+    now = timezone.now()
+    assert notifications.enqueue_due(now=now + dt.timedelta(hours=1)) == 0  # 2 h left
+    assert notifications.enqueue_due(now=now + dt.timedelta(hours=2, minutes=15)) == 1
+    assert sent == [(long_hold.pk, "reminder", "email"), (long_hold.pk, "reminder", "webhook")]
+    notifications.deliver(hold_id=long_hold.pk, kind="reminder", channel="email")
+    assert mail.outbox[0].subject.startswith("Reminder, under an hour left: ")
+    for secret in SECRETS:
+        assert secret not in mail.outbox[0].body
+    notifications.deliver(hold_id=long_hold.pk, kind="reminder", channel="webhook")
+    sent.clear()
+    assert notifications.enqueue_due(now=now + dt.timedelta(hours=2, minutes=30)) == 0  # once
+    assert notifications.enqueue_due(now=now + dt.timedelta(hours=4)) == 0  # expired: nothing
+
+
+def test_its_links_only_open_the_hold_page(client, people):
+    cap = factories.capability()
+    hold = leaky_hold(cap)
+    client.force_login(people["mona"])
+    response = client.get(f"/holds/{hold.public_id}")
+    assert response.status_code == 200
+    hold.refresh_from_db()
+    assert hold.status == Hold.Status.PENDING  # a prefetching mail scanner decides nothing

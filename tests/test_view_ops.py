@@ -1,0 +1,228 @@
+"""/ops: queue depth, oldest pending, time to decision, expiring soon, undeliverable with Retry,
+disabled endpoints with Enable, decisions per hour as SVG; a fixed query count at any size.
+Also the structured logs that ops read (JSON lines with request, run, hold and invocation ids)."""
+
+import datetime as dt
+import json
+import logging
+
+import pytest
+from django.utils import timezone
+
+from holds import logging as rq_logging
+from holds import ops, services
+from holds.auth import actor_for_account
+from holds.models import AuditEvent, Capability, Hold, Invocation
+from tests import factories
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture(autouse=True)
+def _fast_passwords(settings):
+    # People are made by the dozen here; a slow password hash would only slow the tests.
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+
+
+def decide(hold, actor, action="approve"):
+    items = [{"id": f"INV-{n + 1}", "action": action} for n in range(hold.item_count)]
+    return services.hold_decide(hold_id=hold.pk, actor=actor, body={"items": items})
+
+
+def undeliverable_resume(hold, settings):
+    settings.RQ_RETRY_SCHEDULE = [0]
+    invocation = Invocation.objects.get(hold=hold, kind="resume")
+    claim = services.invocation_claim(invocation_id=invocation.id)
+    services.invocation_record(
+        invocation_id=invocation.id, attempt=claim.attempt, outcome=services.Outcome(kind="retry", error="refused")
+    )
+    invocation.refresh_from_db()
+    assert invocation.status == Invocation.Status.UNDELIVERABLE
+    return invocation
+
+
+@pytest.fixture
+def robot(db):
+    return actor_for_account(factories.account("robot", role="admin")[0])
+
+
+def some_data(settings, robot, n=1):
+    """n of everything the page shows: pending, expiring, decided, expired, undeliverable, disabled."""
+    cap = Capability.objects.filter(name="pay_invoices").first() or factories.capability()
+    Capability.objects.filter(pk=cap.pk).update(endpoint_disabled_at=None)  # disabled again below
+    for _ in range(n):
+        factories.held_hold(cap)
+        factories.held_hold(cap, factories.ask_body(expires_in=1800))  # expires within the hour
+        _, decided = factories.held_hold(cap)
+        decide(decided, robot)
+        undeliverable_resume(decided, settings)
+        _, gone = factories.held_hold(cap)
+        Hold.objects.filter(pk=gone.pk).update(expires_at=timezone.now() - dt.timedelta(seconds=1))
+    services.holds_expire_due()
+    Capability.objects.filter(pk=cap.pk).update(endpoint_disabled_at=timezone.now())
+    return cap
+
+
+def test_it_sends_anonymous_people_to_sign_in(client):
+    response = client.get("/ops")
+    assert response.status_code == 302 and "/login/" in response["Location"]
+
+
+def test_it_shows_the_queue_health(client, admin_user, settings, robot):
+    cap = some_data(settings, robot)
+    client.force_login(admin_user)
+    response = client.get("/ops")
+    assert response.status_code == 200
+    page = response.content.decode()
+    context = response.context
+    assert [(row["capability"].name, row["count"]) for row in context["pending"]] == [("pay_invoices", 2)]
+    assert context["expiring_count"] == 1 and context["undeliverable_count"] == 1
+    assert [row["capability"].pk for row in context["disabled"]] == [cap.pk]
+    assert context["day"]["decided"] == 1 and context["day"]["expired"] == 1
+    assert context["day"]["share_text"] == "50%"
+    assert "Retry</button>" in page and "Enable</button>" in page
+    assert '<svg viewBox="0 0 720 200"' in page and 'class="bar-decided"' in page and 'class="bar-expired"' in page
+    assert 'hx-get="/ops/fragment"' in page and 'hx-trigger="every 10s"' in page
+
+
+def test_it_hides_retry_and_enable_from_viewers(client, viewer, settings, robot):
+    some_data(settings, robot)
+    client.force_login(viewer)
+    page = client.get("/ops").content.decode()
+    assert "Retry</button>" not in page and "Enable</button>" not in page
+    assert "admins retry" in page
+
+
+def test_it_serves_its_fragment_for_the_refresh(client, member, settings, robot):
+    some_data(settings, robot)
+    client.force_login(member)
+    for response in (client.get("/ops/fragment"), client.get("/ops", headers={"HX-Request": "true"})):
+        body = response.content.decode()
+        assert response.status_code == 200
+        assert body.lstrip().startswith('<div id="ops-body"') and "<html" not in body
+
+
+def test_it_retries_an_undeliverable_invocation_for_admins_only(client, admin_user, member, settings, robot):
+    some_data(settings, robot)
+    invocation = Invocation.objects.get(status=Invocation.Status.UNDELIVERABLE)
+    client.force_login(member)
+    assert client.post(f"/ops/invocations/{invocation.id}/retry").status_code == 403
+    invocation.refresh_from_db()
+    assert invocation.status == Invocation.Status.UNDELIVERABLE
+    client.force_login(admin_user)
+    response = client.post(f"/ops/invocations/{invocation.id}/retry")
+    assert response.status_code == 303 and response["Location"] == "/ops"
+    invocation.refresh_from_db()
+    assert invocation.status == Invocation.Status.PENDING and invocation.attempts == 0
+    assert AuditEvent.objects.filter(kind="invocation.retried", actor="alice", invocation_id_ref=invocation.id).exists()
+    # A second click finds nothing to retry and says so.
+    again = client.post(f"/ops/invocations/{invocation.id}/retry", follow=True)
+    assert "not undeliverable" in again.content.decode()
+
+
+def test_it_enables_a_disabled_endpoint(client, admin_user, settings, robot):
+    cap = some_data(settings, robot)
+    client.force_login(admin_user)
+    response = client.post(f"/ops/capabilities/{cap.pk}/enable")
+    assert response.status_code == 303
+    cap.refresh_from_db()
+    assert cap.endpoint_disabled_at is None
+    assert AuditEvent.objects.filter(kind="capability.endpoint_enabled", actor="alice").exists()
+    assert client.get("/ops").context["disabled"] == []
+
+
+def test_it_shows_time_to_decision_percentiles(client, admin_user, robot):
+    cap = factories.capability()
+    for minutes in (5, 10, 50):
+        _, hold = factories.held_hold(cap)
+        Hold.objects.filter(pk=hold.pk).update(created_at=timezone.now() - dt.timedelta(minutes=minutes))
+        decide(hold, robot)
+    client.force_login(admin_user)
+    day = client.get("/ops").context["day"]
+    # Buckets 300 < 10 min <= 900 and 1800 < 50 min <= 3600: p50 falls in the first, p90 in the second.
+    assert 300 < day["p50"] <= 900 and 1800 < day["p90"] <= 3600
+    assert day["p50_text"].endswith("m")
+
+
+def test_it_interpolates_percentiles_inside_a_bucket():
+    counts = {"60": 2, "300": 2}
+    assert ops.percentile(counts, 0.5) == 60
+    assert ops.percentile(counts, 1.0) == 300
+    assert ops.percentile({}, 0.5) is None
+    assert ops.percentile({"+Inf": 1}, 0.5) == 604800
+
+
+def test_it_charts_48_hours_with_sealed_and_live_hours(admin_user, robot):
+    cap = factories.capability()
+    _, hold = factories.held_hold(cap)
+    decide(hold, robot)
+    now = timezone.now()
+    hours = ops.hourly(ops.floor_hour(now) - 47 * ops.HOUR)
+    chart = ops.chart(hours, now)
+    assert len(chart["bars"]) == 48 and chart["bars"][-1].decided == 1 and chart["total_decided"] == 1
+    assert chart["bars"][-1].h_decided > 0
+
+
+def test_it_keeps_its_query_count_fixed_whatever_the_data_size(
+    client, admin_user, settings, robot, django_assert_num_queries
+):
+    some_data(settings, robot, n=1)
+    client.force_login(admin_user)
+    client.get("/ops")  # the session is warm
+    with django_assert_num_queries(13):
+        assert client.get("/ops").status_code == 200
+    some_data(settings, robot, n=12)
+    ops.rollup(now=timezone.now() + dt.timedelta(hours=2))  # some hours sealed, some live
+    factories.held_hold(factories.capability("ship_orders"))  # one more capability, same queries
+    with django_assert_num_queries(13):
+        response = client.get("/ops")
+    assert response.context["undeliverable_count"] == 13
+
+
+# --- structured logs ------------------------------------------------------------------------------
+
+
+def test_it_formats_log_records_as_json_lines_with_the_ids_in_context():
+    record = logging.LogRecord("holds.test", logging.WARNING, __file__, 1, "sent %s", ("x",), None)
+    tokens = rq_logging.bind(request_id="req-1", hold_id=7, run_id=3, invocation_id="inv_abc")
+    try:
+        rq_logging.ContextFilter().filter(record)
+    finally:
+        rq_logging.unbind(tokens)
+    line = rq_logging.JsonFormatter().format(record)
+    entry = json.loads(line)
+    assert "\n" not in line
+    assert entry["message"] == "sent x" and entry["level"] == "WARNING" and entry["logger"] == "holds.test"
+    assert (entry["request_id"], entry["hold_id"], entry["run_id"], entry["invocation_id"]) == (
+        "req-1",
+        "7",
+        "3",
+        "inv_abc",
+    )
+    assert rq_logging.current() == {}
+
+
+def test_it_gives_each_request_an_id_and_logs_the_hold_of_the_url(client, member, caplog):
+    cap = factories.capability()
+    _, hold = factories.held_hold(cap)
+    client.force_login(member)
+    seen = []
+
+    class Catch(logging.Handler):
+        def emit(self, record):
+            seen.append(record)
+
+    handler = Catch()
+    handler.addFilter(rq_logging.ContextFilter())
+    logger = logging.getLogger("django.request")
+    logger.addHandler(handler)
+    try:
+        response = client.get("/holds/h_999999", headers={"X-Request-ID": "trace-42"})
+        assert response.status_code == 404
+        assert response["X-Request-ID"] == "trace-42"
+    finally:
+        logger.removeHandler(handler)
+    assert seen and seen[-1].request_id == "trace-42" and seen[-1].hold_id == "999999"
+    # An unsafe incoming id is replaced by a fresh one.
+    generated = client.get(f"/holds/{hold.public_id}", headers={"X-Request-ID": "bad id\nwith newline"})
+    assert generated["X-Request-ID"] != "bad id\nwith newline" and len(generated["X-Request-ID"]) == 32
