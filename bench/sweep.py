@@ -17,20 +17,37 @@ HOLDS = int(os.environ.get("RQ_BENCH_HOLDS", "1000000"))
 
 
 def main():
-    setup_django()
+    reuse = os.environ.get("RQ_BENCH_REUSE_DB")
+    if reuse:
+        # bench/pages.py seeded this database already; its pending holds become due here.
+        import bench.common
+
+        bench.common.BENCH_DB = reuse
+    setup_django(fresh=not reuse)
+    from django.db import connection
+
     from holds import seeding, services
     from holds.models import Hold
 
     start = time.monotonic()
-    counts = seeding.seed(
-        holds=HOLDS,
-        capability_count=5,
-        items=2,
-        due=True,
-        progress=lambda n: n % 200_000 == 0 and print(f"  seeded {n}", flush=True),
-    )
+    if reuse:
+        with connection.cursor() as cursor:
+            cursor.execute("UPDATE holds_hold SET expires_at = now() - interval '1 minute' WHERE status = 'pending'")
+            cursor.execute("ANALYZE holds_hold")
+        total = Hold.objects.count()
+        counts = "reused"
+    else:
+        seeding.seed(
+            holds=HOLDS,
+            capability_count=5,
+            items=2,
+            due=True,
+            progress=lambda n: n % 200_000 == 0 and print(f"  seeded {n}", flush=True),
+        )
+        total = HOLDS
+        counts = "fresh"
     seeded_in = time.monotonic() - start
-    print(f"sweep: seeded {HOLDS} holds in {seeded_in:.0f}s ({HOLDS / seeded_in:.0f}/s): {counts}", flush=True)
+    print(f"sweep: {total} holds ready in {seeded_in:.0f}s ({counts})", flush=True)
     due = Hold.objects.filter(status="pending").count()
     start = time.monotonic()
     expired = 0
@@ -50,7 +67,7 @@ def main():
         "sweep",
         [
             {
-                "figure": f"sweep at {HOLDS:,} holds ({expired:,} due), holds expired per second",
+                "figure": f"sweep at {total:,} holds ({expired:,} due), holds expired per second",
                 "goal": ">= 20,000/s",
                 "measured": f"{rate:,.0f}/s",
                 "ok": rate >= 20_000,
@@ -60,12 +77,6 @@ def main():
                 "goal": "< 50 ms",
                 "measured": f"{empty:.2f} ms",
                 "ok": empty < 50,
-            },
-            {
-                "figure": f"seed_holds speed ({HOLDS:,} holds, 2 items each)",
-                "goal": "a few minutes",
-                "measured": f"{seeded_in:.0f} s",
-                "ok": seeded_in < 600,
             },
         ],
     )

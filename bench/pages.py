@@ -1,0 +1,177 @@
+"""Reviewers must not feel the size of the history: page times at 1,000,000 holds vs 1,000.
+
+Two scratch databases, seeded by seed_holds (about 10 % pending), and two identical gunicorn
+servers, one on each; requests alternate between them. Figures are p50 ratios big/small.
+Goal (issue 9): the queue page <= 1.3x. Also reported: the hold page with 100 items, history, ops.
+"""
+
+import os
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from bench.common import ROOT, median, save  # noqa: E402
+
+BIG = int(os.environ.get("RQ_BENCH_HOLDS", "1000000"))
+SMALL = 1000
+REQUESTS = int(os.environ.get("RQ_BENCH_PAGE_REQUESTS", "60"))
+PY = sys.executable
+
+
+def prepare(db: str, holds: int) -> None:
+    """Re-creates `db`, seeds it, and adds a reviewer and one 100-item hold (run as a subprocess)."""
+    for sql in (f"DROP DATABASE IF EXISTS {db} WITH (FORCE)", f"CREATE DATABASE {db}"):
+        subprocess.run(["psql", "-h", "127.0.0.1", "-U", "postgres", "-q", "-c", sql], check=True)
+    env = {**os.environ, **db_env(db)}
+    subprocess.run([PY, "manage.py", "migrate", "-v0"], cwd=ROOT, env=env, check=True)
+    subprocess.run(
+        [PY, "manage.py", "seed_holds", "--holds", str(holds), "--capabilities", "5", "--items", "2"],
+        cwd=ROOT,
+        env=env,
+        check=True,
+        stderr=subprocess.DEVNULL,
+    )
+    script = (
+        "from holds import services; from holds.auth import SYSTEM;"
+        "from holds.models import Capability, Invocation; from tests import factories;"
+        "services.person_add(username='bench', role='admin', password='bench-pass-123', actor=SYSTEM);"
+        "cap = Capability.objects.order_by('pk').first();"
+        "run, hold = factories.held_hold(cap, factories.ask_body(100));"
+        # What beat does every minute in production: seal finished hours of the ops counters.
+        "from holds import ops\nwhile ops.rollup(): pass\n"
+        "print('HOLD', hold.public_id)"
+    )
+    out = subprocess.run(
+        [PY, "manage.py", "shell", "-c", script], cwd=ROOT, env=env, check=True, capture_output=True, text=True
+    ).stdout
+    (ROOT / "var" / "bench" / f"{db}.hold").write_text(re.search(r"HOLD (h_\d+)", out).group(1))
+
+
+def db_env(db: str) -> dict:
+    return {
+        "DATABASE_URL": f"postgres://postgres@127.0.0.1:5432/{db}",
+        "SECRET_KEY": "bench-secret-key-not-for-production-0123456789",
+        "ALLOWED_HOSTS": "127.0.0.1,localhost",
+        "SECURE_SSL_REDIRECT": "0",
+        "SESSION_COOKIE_SECURE": "0",
+        "CSRF_COOKIE_SECURE": "0",
+        "CELERY_BROKER_URL": "memory://",
+        "DB_CONN_MAX_AGE": "60",
+        "LOG_LEVEL": "WARNING",
+        "RQ_RATE_SIGNIN": "1000/60",
+    }
+
+
+def signed_in(base: str):
+    import httpx
+
+    client = httpx.Client(base_url=base, timeout=30)
+    client.get("/login/")
+    token = client.cookies["csrftoken"]
+    response = client.post(
+        "/login/",
+        data={"username": "bench", "password": "bench-pass-123", "csrfmiddlewaretoken": token},
+        headers={"referer": base + "/login/"},
+    )
+    assert response.status_code in (302, 200) and "sessionid" in client.cookies, response.text[:300]
+    return client
+
+
+def timed(client, path: str) -> float:
+    start = time.perf_counter()
+    response = client.get(path)
+    elapsed = (time.perf_counter() - start) * 1000
+    assert response.status_code == 200, (path, response.status_code)
+    return elapsed
+
+
+def main():
+    (ROOT / "var" / "bench").mkdir(parents=True, exist_ok=True)
+    dbs = {"small": ("rq_bench_small", SMALL), "big": ("rq_bench_big", BIG)}
+    seed_seconds = {}
+    for name, (db, holds) in dbs.items():
+        start = time.monotonic()
+        prepare(db, holds)
+        seed_seconds[name] = time.monotonic() - start
+        print(f"pages: {name}: {holds:,} holds seeded in {seed_seconds[name]:.0f}s", flush=True)
+    sys.path.insert(0, str(ROOT))
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "reviewqueue.settings")
+    from tests.processes import Processes, free_port
+
+    procs = Processes(ROOT / "var" / "bench" / "logs")
+    (ROOT / "var" / "bench" / "logs").mkdir(parents=True, exist_ok=True)
+    try:
+        clients, holds = {}, {}
+        for name, (db, _) in dbs.items():
+            port = free_port()
+            procs.start(
+                f"gunicorn-{name}",
+                [
+                    str(Path(PY).parent / "gunicorn"),
+                    "reviewqueue.wsgi",
+                    "--bind",
+                    f"127.0.0.1:{port}",
+                    "--workers",
+                    "2",
+                ],
+                db_env(db),
+            )
+            base = f"http://127.0.0.1:{port}"
+            for _ in range(100):
+                try:
+                    clients[name] = signed_in(base)
+                    break
+                except Exception:
+                    time.sleep(0.3)
+            holds[name] = (ROOT / "var" / "bench" / f"{db}.hold").read_text()
+        pages = {
+            "queue": lambda n: "/",
+            "queue, next page": lambda n: "/?all=1",
+            "hold page, 100 items": lambda n: f"/holds/{holds[n]}",
+            "history": lambda n: "/history",
+            "ops": lambda n: "/ops",
+        }
+        results = {}
+        for page, path in pages.items():
+            times = {"small": [], "big": []}
+            for name in times:  # warm up
+                for _ in range(3):
+                    timed(clients[name], path(name))
+            for _ in range(REQUESTS):
+                for name in ("small", "big"):
+                    times[name].append(timed(clients[name], path(name)))
+            results[page] = (median(times["small"]), median(times["big"]))
+            print(
+                f"pages: {page:<22} p50 {results[page][0]:7.1f} ms at {SMALL:,}  {results[page][1]:7.1f} ms "
+                f"at {BIG:,}  = {results[page][1] / results[page][0]:.2f}x",
+                flush=True,
+            )
+    finally:
+        procs.stop_all()
+    rows = [
+        {
+            "figure": f"seed_holds --holds {BIG:,} --items 2 (with migrate and ANALYZE)",
+            "goal": "a few minutes",
+            "measured": f"{seed_seconds['big']:.0f} s",
+            "ok": seed_seconds["big"] < 600,
+        }
+    ]
+    for page, (small, big) in results.items():
+        goal = 1.3 if page == "queue" else None
+        ratio = big / small
+        rows.append(
+            {
+                "figure": f"{page}: p50 at {BIG:,} holds / at {SMALL:,}",
+                "goal": f"<= {goal}x" if goal else "(reported)",
+                "measured": f"{ratio:.2f}x ({big:.1f} vs {small:.1f} ms)",
+                "ok": (ratio <= goal) if goal else None,
+            }
+        )
+    save("pages", rows)
+
+
+if __name__ == "__main__":
+    main()
