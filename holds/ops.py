@@ -32,7 +32,7 @@ from django.utils.http import urlencode
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET, require_POST
 
-from . import services
+from . import rendering, services
 from .auth import actor_for_user, may_view
 from .errors import Forbidden, ServiceError
 from .models import AuditEvent, Capability, Hold, Invocation, OpsHour, OpsTotal
@@ -472,28 +472,11 @@ def _summary(counts: dict) -> dict:
         "resolved": decided + expired,
         "p50": p50,
         "p90": p90,
-        "p50_text": duration(p50),
-        "p90_text": duration(p90),
+        "p50_text": rendering.span(p50),
+        "p90_text": rendering.span(p90),
         "expired_share": share,
         "share_text": "—" if share is None else f"{share:.1%}".replace(".0%", "%"),
     }
-
-
-def duration(seconds: float | None) -> str:
-    """A short span: 45s, 12m, 3h 05m, 2d 4h (percentiles come from buckets, so no false precision)."""
-    if seconds is None:
-        return "—"
-    seconds = int(round(seconds))
-    days, rest = divmod(seconds, 86400)
-    hours, rest = divmod(rest, 3600)
-    minutes, secs = divmod(rest, 60)
-    if days:
-        return f"{days}d {hours}h"
-    if hours:
-        return f"{hours}h {minutes:02d}m"
-    if minutes:
-        return f"{minutes}m"
-    return f"{secs}s"
 
 
 def ops_context(actor) -> dict:

@@ -321,3 +321,20 @@ def render_markdown(text: str) -> SafeString:
         return mark_safe("")
     html = markdown.markdown(reveal(text), extensions=["fenced_code", "tables", "sane_lists", _DefangExtension()])
     return mark_safe(_cleaner().clean(html))  # noqa: S308 (sanitised by the allowlist above)
+
+
+def span(seconds: float | None) -> str:
+    """A short duration for people: 45s, 12m, 3h 05m, 2d 4h ("—" when unknown)."""
+    if seconds is None:
+        return "—"
+    seconds = int(round(abs(seconds)))
+    days, rest = divmod(seconds, 86400)
+    hours, rest = divmod(rest, 3600)
+    minutes, secs = divmod(rest, 60)
+    if days:
+        return f"{days}d {hours}h"
+    if hours:
+        return f"{hours}h {minutes:02d}m"
+    if minutes:
+        return f"{minutes}m"
+    return f"{secs}s"

@@ -92,3 +92,29 @@ def api(client):
             return client.delete(url, headers=self._headers(token, key, None))
 
     return Api()
+
+
+@pytest.fixture
+def rq():
+    """The SDK's offline stand-in for the service (agentos.testing)."""
+    from agentos.testing import FakeReviewQueue
+
+    with FakeReviewQueue() as fake:
+        yield fake
+
+
+@pytest.fixture
+def serve_agent(rq):
+    """Starts agentos servers signed with the fake service's secret; stops them afterwards."""
+    import agentos
+
+    servers = []
+
+    def start(capability: str, handler):
+        server = agentos.Server({capability: handler}, port=0, secret=rq.secret).start()
+        servers.append(server)
+        return server
+
+    yield start
+    for server in servers:
+        server.stop()

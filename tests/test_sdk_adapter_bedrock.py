@@ -10,12 +10,10 @@ import binascii
 import json
 import struct
 
-import agentos
 import boto3
 import pytest
 from agentos.adapters.bedrock import BedrockAgent, return_control_items, session_state
 from agentos.resume import Resume
-from agentos.testing import FakeReviewQueue
 from botocore.awsrequest import AWSResponse
 
 RETURN_CONTROL = {
@@ -99,23 +97,8 @@ class FakeBedrock:
 
 
 @pytest.fixture
-def rq():
-    with FakeReviewQueue() as fake:
-        yield fake
-
-
-@pytest.fixture
-def agent(rq):
-    servers = []
-
-    def start(handler):
-        server = agentos.Server({"refunds": handler}, port=0, secret=rq.secret).start()
-        servers.append(server)
-        return server
-
-    yield start
-    for server in servers:
-        server.stop()
+def agent(serve_agent):
+    return lambda handler: serve_agent("refunds", handler)
 
 
 class Clock:

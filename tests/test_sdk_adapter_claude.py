@@ -9,7 +9,6 @@ import asyncio
 import agentos
 import pytest
 from agentos.adapters.claude import ASKED_KEY, SESSION_KEY, ClaudeAgent, Gate
-from agentos.testing import FakeReviewQueue
 from claude_agent_sdk import (
     ClaudeAgentOptions,
     HookMatcher,
@@ -24,23 +23,8 @@ CALL = {"command": "rm -rf /srv/old-reports"}
 
 
 @pytest.fixture
-def rq():
-    with FakeReviewQueue() as fake:
-        yield fake
-
-
-@pytest.fixture
-def agent(rq):
-    servers = []
-
-    def start(handler):
-        server = agentos.Server({"ops": handler}, port=0, secret=rq.secret).start()
-        servers.append(server)
-        return server
-
-    yield start
-    for server in servers:
-        server.stop()
+def agent(serve_agent):
+    return lambda handler: serve_agent("ops", handler)
 
 
 def result(session_id="sess-1", **kw):

@@ -2,10 +2,8 @@
 
 import json
 
-import agentos
 import pytest
 from agentos.adapters.openai_agents import STATE_KEY, OpenAIAgentsAgent
-from agentos.testing import FakeReviewQueue
 from agents import Agent, function_tool, set_tracing_disabled
 from agents.testing import ScriptedModel, assistant_message, function_call
 
@@ -13,23 +11,8 @@ set_tracing_disabled(True)
 
 
 @pytest.fixture
-def rq():
-    with FakeReviewQueue() as fake:
-        yield fake
-
-
-@pytest.fixture
-def agent(rq):
-    servers = []
-
-    def start(handler):
-        server = agentos.Server({"support": handler}, port=0, secret=rq.secret).start()
-        servers.append(server)
-        return server
-
-    yield start
-    for server in servers:
-        server.stop()
+def agent(serve_agent):
+    return lambda handler: serve_agent("support", handler)
 
 
 def payments_agent(model, bank):

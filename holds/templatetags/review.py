@@ -32,25 +32,11 @@ def confidence_level(value):
     return rendering.confidence_level(value)
 
 
-def _span(seconds: float) -> str:
-    seconds = int(abs(seconds))
-    days, rest = divmod(seconds, 86400)
-    hours, rest = divmod(rest, 3600)
-    minutes, secs = divmod(rest, 60)
-    if days:
-        return f"{days}d {hours}h"
-    if hours:
-        return f"{hours}h {minutes:02d}m"
-    if minutes:
-        return f"{minutes}m"
-    return f"{secs}s"
-
-
 @register.filter
 def age(moment: datetime | None) -> str:
     if moment is None:
         return ""
-    return _span((timezone.now() - moment).total_seconds())
+    return rendering.span((timezone.now() - moment).total_seconds())
 
 
 @register.filter
@@ -58,7 +44,7 @@ def time_left(moment: datetime | None) -> str:
     if moment is None:
         return "no expiry"
     seconds = (moment - timezone.now()).total_seconds()
-    return "expired" if seconds <= 0 else _span(seconds) + " left"
+    return "expired" if seconds <= 0 else rendering.span(seconds) + " left"
 
 
 @register.filter
