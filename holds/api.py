@@ -12,7 +12,7 @@ from django.http import FileResponse, HttpResponse, JsonResponse
 from django.middleware.csrf import CsrfViewMiddleware
 from django.views.decorators.csrf import csrf_exempt
 
-from . import serializers, services
+from . import ratelimit, serializers, services
 from .auth import (
     Actor,
     account_for_key,
@@ -132,6 +132,8 @@ def holds(request):
         return JsonResponse(serializers.hold_list(actor, request.GET))
     if actor.kind != "run":
         raise Forbidden("only an agent, with its run token, asks")
+    if (limited := ratelimit.api_limit(request, "ask", actor)) is not None:
+        return limited
     body = read_json(request, MAX_ASK_BYTES)
     hold = services.hold_ask(invocation=actor.invocation, body=body)
     return JsonResponse({"hold_id": hold.public_id, "status": hold.status}, status=201)
@@ -149,6 +151,8 @@ def hold_detail(request, hold_id: str):
 @endpoint("POST")
 def hold_decision(request, hold_id: str):
     actor = caller(request)
+    if (limited := ratelimit.api_limit(request, "decision", actor)) is not None:
+        return limited
     body = read_json(request, MAX_DECISION_BYTES)
     hold = get_hold(actor, hold_id)
     hold = services.hold_decide(hold_id=hold.pk, actor=actor, body=body)

@@ -1,10 +1,10 @@
 from django.contrib.auth import views as auth_views
 from django.urls import path
 
-from . import views
+from . import login, views
 
 urlpatterns = [
-    path("login/", auth_views.LoginView.as_view(template_name="holds/login.html"), name="login"),
+    path("login/", login.login, name="login"),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("", views.queue, name="queue"),
     path("history", views.history, name="history"),

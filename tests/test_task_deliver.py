@@ -10,6 +10,7 @@ from django.utils import timezone
 
 from holds import delivery, services, tasks
 from holds.auth import SYSTEM, actor_for_account, run_token_for
+from holds.errors import Forbidden
 from holds.models import Capability, DeliveryAttempt, Hold, Invocation, Run
 from tests import factories
 from tests.agent_double import AgentDouble
@@ -341,5 +342,5 @@ def test_the_resume_token_lives_only_while_the_resume_is_delivered(agent, acap, 
 
 def test_run_fail_by_system_is_refused(acap):
     run = factories.start_run(acap)
-    with pytest.raises(Exception):
+    with pytest.raises(Forbidden):
         services.run_fail(run_id=run.pk, actor=SYSTEM, reason="x")

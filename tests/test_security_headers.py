@@ -1,0 +1,188 @@
+"""CSP on every page, htmx locked down, no inline handlers, and `check --deploy` clean in production."""
+
+import json
+import os
+import subprocess
+import sys
+from html.parser import HTMLParser
+from pathlib import Path
+
+import pytest
+
+from tests import factories
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def directives(header: str) -> dict[str, list[str]]:
+    out = {}
+    for part in header.split(";"):
+        words = part.split()
+        if words:
+            out[words[0]] = words[1:]
+    return out
+
+
+class Elements(HTMLParser):
+    def __init__(self, html: str):
+        super().__init__()
+        self.found: list[tuple[str, dict]] = []
+        self.inline_scripts = 0
+        self._in_script = False
+        self.feed(html)
+
+    def handle_starttag(self, tag, attrs):
+        attrs = dict(attrs)
+        self.found.append((tag, attrs))
+        self._in_script = tag == "script"
+
+    def handle_data(self, data):
+        if self._in_script and data.strip():
+            self.inline_scripts += 1
+
+    def handle_endtag(self, tag):
+        self._in_script = False
+
+
+@pytest.fixture
+def pages(client, cap, member):
+    """Every reviewer page and fragment, as (name, response)."""
+    _, pending = factories.held_hold(cap)
+    _, decided = factories.held_hold(cap)
+    from holds import services
+    from holds.auth import actor_for_user
+
+    services.hold_decide(
+        hold_id=decided.pk,
+        actor=actor_for_user(member),
+        body={"items": [{"id": "INV-1", "action": "approve"}, {"id": "INV-2", "action": "approve"}]},
+    )
+    out = [("login", client.get("/login/"))]
+    client.force_login(member)
+    hx = {"HX-Request": "true"}
+    out += [
+        ("queue", client.get("/")),
+        ("queue fragment", client.get("/", headers=hx)),
+        ("history", client.get("/history")),
+        ("history fragment", client.get("/history", headers=hx)),
+        ("hold", client.get(f"/holds/{pending.public_id}")),
+        ("decided hold", client.get(f"/holds/{decided.public_id}")),
+        ("delivery fragment", client.get(f"/holds/{decided.public_id}", headers={**hx, "HX-Target": "delivery"})),
+        (
+            "last look",
+            client.post(f"/holds/{pending.public_id}/review", {"fingerprint": pending.fingerprint, "approve_all": "1"}),
+        ),
+        (
+            "last look fragment",
+            client.post(
+                f"/holds/{pending.public_id}/review",
+                {"fingerprint": pending.fingerprint, "approve_all": "1"},
+                headers=hx,
+            ),
+        ),
+        ("refusal", client.post(f"/holds/{decided.public_id}/decision", {"decision": "{}", "fingerprint": "x"})),
+    ]
+    for name, response in out:
+        assert response.status_code in (200, 409, 422), (name, response.status_code)
+    return out
+
+
+@pytest.mark.django_db
+def test_it_sends_the_csp_on_every_page_and_fragment(pages):
+    nonces = set()
+    for name, response in pages:
+        header = response["Content-Security-Policy"]
+        policy = directives(header)
+        assert policy["default-src"] == ["'self'"], name
+        script = policy["script-src"]
+        # 'self' and, where the page loads scripts, this response's nonce (a fragment needs none).
+        assert script[0] == "'self'" and all(s.startswith("'nonce-") for s in script[1:]), (name, script)
+        assert len(script) == (2 if "<html" in response.content.decode() else 1), (name, script)
+        assert "'unsafe-inline'" not in header and "'unsafe-eval'" not in header, name
+        assert "'strict-dynamic'" not in header and "*" not in header.replace("*/", ""), name
+        assert policy["img-src"] == ["'self'", "data:"], name
+        assert policy["frame-ancestors"] == ["'none'"], name
+        assert policy["form-action"] == ["'self'"], name
+        assert policy["object-src"] == ["'none'"] and policy["base-uri"] == ["'none'"], name
+        assert response["X-Frame-Options"] == "DENY", name
+        assert response["X-Content-Type-Options"] == "nosniff", name
+        nonces.update(script[1:])
+    full_pages = [name for name, r in pages if "<html" in r.content.decode()]
+    assert len(nonces) == len(full_pages) >= 6, "a nonce is new on every page"
+
+
+@pytest.mark.django_db
+def test_it_configures_htmx_without_eval_script_tags_or_other_origins(pages):
+    for name, response in pages:
+        html = response.content.decode()
+        metas = [a for tag, a in Elements(html).found if tag == "meta" and a.get("name") == "htmx-config"]
+        if "<html" not in html:
+            assert metas == [], name  # fragments are swapped into a page that has it
+            continue
+        assert len(metas) == 1, name
+        config = json.loads(metas[0]["content"])
+        assert config["allowEval"] is False and config["allowScriptTags"] is False, name
+        assert config["selfRequestsOnly"] is True, name
+
+
+@pytest.mark.django_db
+def test_it_has_no_inline_script_or_event_handler_in_any_page(pages):
+    for name, response in pages:
+        html = response.content.decode()
+        parsed = Elements(html)
+        assert parsed.inline_scripts == 0, name
+        script_src = directives(response["Content-Security-Policy"])["script-src"]
+        nonce = script_src[1][len("'nonce-") : -1] if len(script_src) > 1 else None
+        for tag, attrs in parsed.found:
+            handlers = [a for a in attrs if a.startswith("on")]
+            assert handlers == [], (name, tag, handlers)
+            assert "style" not in attrs, (name, tag, attrs)  # style-src 'self' would block it
+            for link in ("href", "src", "action", "formaction"):
+                assert not (attrs.get(link) or "").lower().startswith("javascript:"), (name, tag, attrs)
+            if tag == "script":
+                assert attrs.get("src", "").startswith("/static/") and attrs.get("nonce") == nonce, (name, attrs)
+            if tag == "a" and (attrs.get("href") or "").startswith(("http:", "https:")):
+                assert "noopener" in (attrs.get("rel") or ""), (name, attrs)
+
+
+# --- manage.py check --deploy --------------------------------------------------------------------
+
+# pytest-env relaxes these for plain-HTTP tests; production never sets them.
+RELAXED = {"SECURE_SSL_REDIRECT", "SESSION_COOKIE_SECURE", "CSRF_COOKIE_SECURE", "SECURE_HSTS_SECONDS"}
+PRODUCTION = {
+    "DEBUG": "0",
+    "SECRET_KEY": "pr0d-" + "Xq7#Lm2@Vb9&Nz4!Kd8%Rt6^" * 3,
+    "ALLOWED_HOSTS": "rq.example.com",
+    "RQ_PUBLIC_URL": "https://rq.example.com",
+    "CSRF_TRUSTED_ORIGINS": "https://rq.example.com",
+    "RQ_BEHIND_PROXY": "1",
+    "EMAIL_BACKEND": "django.core.mail.backends.smtp.EmailBackend",
+    "DATABASE_URL": "postgres://rq@127.0.0.1:5432/rq_prod",
+}
+
+
+def check_deploy(**overrides) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if k not in RELAXED and not k.startswith("PYTEST")}
+    env.update(PRODUCTION, **overrides)
+    return subprocess.run(
+        [sys.executable, "manage.py", "check", "--deploy", "--fail-level", "WARNING"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def test_it_passes_check_deploy_with_production_settings_with_0_warnings():
+    result = check_deploy()
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "System check identified no issues (0 silenced)." in result.stdout, result.stdout + result.stderr
+
+
+def test_it_fails_check_deploy_when_a_safeguard_is_turned_off():
+    """The check above can fail: without HSTS and secure cookies, Django says so."""
+    result = check_deploy(SECURE_HSTS_SECONDS="0", SESSION_COOKIE_SECURE="0", SECURE_SSL_REDIRECT="0")
+    assert result.returncode != 0
+    for code in ("security.W004", "security.W008", "security.W012"):
+        assert code in result.stderr + result.stdout, code
