@@ -12,7 +12,7 @@ from django.http import FileResponse, HttpResponse, JsonResponse
 from django.middleware.csrf import CsrfViewMiddleware
 from django.views.decorators.csrf import csrf_exempt
 
-from . import ratelimit, serializers, services
+from . import ratelimit, rendering, serializers, services
 from .auth import (
     Actor,
     account_for_key,
@@ -28,6 +28,9 @@ from .schemas import MAX_ASK_BYTES, MAX_FILE_BYTES, MAX_STATE_BYTES, parse_json,
 from .serializers import parse_public_id
 
 MAX_DECISION_BYTES = MAX_ASK_BYTES
+# The lengths of their columns (RunState.key, IdempotencyKey.key).
+MAX_STATE_KEY = 200
+MAX_IDEMPOTENCY_KEY = 200
 
 
 def endpoint(*methods: str):
@@ -176,13 +179,16 @@ def runs(request):
     if actor.kind != "run" and actor.role not in ("admin", "member"):
         raise Forbidden("viewers may not start runs")
     start, errors = validate_start(body)
+    idempotency_key = request.headers.get("idempotency-key") or None
+    if idempotency_key and len(idempotency_key) > MAX_IDEMPOTENCY_KEY:
+        errors.append({"field": "Idempotency-Key", "message": f"at most {MAX_IDEMPOTENCY_KEY} characters"})
     if errors:
         raise Invalid(errors)
     run, created = services.run_start(
         capability_name=start.capability,
         input=start.input,
         actor=actor,
-        idempotency_key=request.headers.get("idempotency-key") or None,
+        idempotency_key=idempotency_key,
     )
     return JsonResponse({"run_id": run.public_id, "status": run.status}, status=201 if created else 200)
 
@@ -223,6 +229,8 @@ def run_state(request, run_id: str, key: str):
     run = get_run(actor, run_id)
     if actor.kind != "run" and request.method != "GET":
         raise Forbidden("only the run's own token writes its state")
+    if len(key) > MAX_STATE_KEY:
+        raise Invalid([{"field": "key", "message": f"at most {MAX_STATE_KEY} characters"}])
     if request.method == "GET":
         entry = RunState.objects.filter(run=run, key=key).first()
         if entry is None:
@@ -291,7 +299,8 @@ def serve_file(run_file: RunFile) -> FileResponse:
     response = FileResponse(
         run_file.file.open("rb"),
         as_attachment=not inline,
-        filename=run_file.name,
+        # Bidirectional controls in a saved name could disguise its type (invoice⟦U+202E⟧gpj.exe).
+        filename=rendering.reveal(run_file.name),
         content_type=run_file.content_type if inline else "application/octet-stream",
     )
     response["X-Content-Type-Options"] = "nosniff"

@@ -409,7 +409,8 @@ class RunFile(models.Model):
 class RunState(models.Model):
     run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="state_entries")
     key = models.CharField(max_length=200)
-    value = ExactJSONField()
+    # A stored JSON null is a value; a missing key is no row at all.
+    value = ExactJSONField(null=True)
     updated_at = models.DateTimeField(auto_now=True)
 
     class Meta:

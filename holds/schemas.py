@@ -185,8 +185,22 @@ def finite_float(text: str) -> float:
 
 
 def parse_json(raw: bytes) -> Any:
-    """JSON as the contract means it: no NaN or Infinity; integers exact at any size."""
-    return json.loads(raw.decode("utf-8"), parse_constant=reject_constant, parse_float=finite_float)
+    """JSON as the contract means it: no NaN or Infinity; integers exact at any size; no NUL and
+    no lone surrogates (neither can be stored as text); nesting no deeper than Python's stack."""
+    try:
+        value = json.loads(raw.decode("utf-8"), parse_constant=reject_constant, parse_float=finite_float)
+    except RecursionError:
+        raise ValueError("the JSON is nested too deeply") from None
+    if b"\\u" in raw:
+        # Only a \u escape can smuggle these in: raw NUL is invalid JSON and raw surrogates invalid UTF-8.
+        text = json.dumps(value, ensure_ascii=False)
+        if "\x00" in text:
+            raise ValueError("NUL (\\u0000) cannot be stored")
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError:
+            raise ValueError("a lone surrogate (\\ud800-\\udfff) is not a character") from None
+    return value
 
 
 def canonical_json(value: Any) -> str:

@@ -8,6 +8,7 @@ import asyncio
 
 import agentos
 import pytest
+from agentos.adapters import run_coroutine
 from agentos.adapters.claude import ASKED_KEY, SESSION_KEY, ClaudeAgent, Gate
 from claude_agent_sdk import (
     ClaudeAgentOptions,
@@ -122,13 +123,13 @@ def invocation(rq, resume=None):
 def test_it_answers_the_hook_with_the_sdk_shapes(rq):
     inv, run_id = invocation(rq)
     gate = Gate(ClaudeAgent(), inv)
-    out = asyncio.run(gate.pre_tool_use(hook_input(), "toolu_1", {"signal": None}))
+    out = run_coroutine(gate.pre_tool_use(hook_input(), "toolu_1", {"signal": None}))
     assert out["hookSpecificOutput"]["hookEventName"] == "PreToolUse"
     assert out["hookSpecificOutput"]["permissionDecision"] == "defer"
     assert inv.hold_id == rq.open_hold(run_id)["hold_id"]
     assert rq.runs[run_id]["state"][ASKED_KEY] == {"toolu_1": {"name": "Bash", "input": CALL}}
 
-    second = asyncio.run(gate.pre_tool_use(hook_input("toolu_2"), "toolu_2", {"signal": None}))
+    second = run_coroutine(gate.pre_tool_use(hook_input("toolu_2"), "toolu_2", {"signal": None}))
     assert second["hookSpecificOutput"]["permissionDecision"] == "deny"  # one hold at a time
 
 
@@ -144,7 +145,7 @@ def test_it_holds_with_the_can_use_tool_callback_and_answers_from_the_decision(r
     inv, run_id = invocation(rq)
     adapter = ClaudeAgent(mode="can_use_tool")
     ctx = ToolPermissionContext(tool_use_id="toolu_1", suggestions=[])
-    first = asyncio.run(Gate(adapter, inv).can_use_tool("Bash", CALL, ctx))
+    first = run_coroutine(Gate(adapter, inv).can_use_tool("Bash", CALL, ctx))
     assert isinstance(first, PermissionResultDeny)
     assert first.interrupt is True  # ends the run: the invocation never waits
     hold_id = inv.hold_id
@@ -155,17 +156,17 @@ def test_it_holds_with_the_can_use_tool_callback_and_answers_from_the_decision(r
     edited = {"command": "ls /srv"}
     inv2 = decided(rq, run_id, hold_id, [{"id": "toolu_1", "action": "edit", "data": edited, "comment": None}])
     gate = Gate(adapter, inv2)
-    allow = asyncio.run(gate.can_use_tool("Bash", CALL, again))
+    allow = run_coroutine(gate.can_use_tool("Bash", CALL, again))
     assert allow == PermissionResultAllow(updated_input=edited)
     # The decision answers that one call: a repeat is held again, not allowed.
-    repeat = asyncio.run(gate.can_use_tool("Bash", CALL, again))
+    repeat = run_coroutine(gate.can_use_tool("Bash", CALL, again))
     assert isinstance(repeat, PermissionResultDeny) and repeat.interrupt is True
 
 
 def test_it_answers_each_tool_use_id_once(rq):
     inv, run_id = invocation(rq)
     ctx = ToolPermissionContext(tool_use_id="toolu_1", suggestions=[])
-    asyncio.run(Gate(ClaudeAgent(mode="can_use_tool"), inv).can_use_tool("Bash", CALL, ctx))
+    run_coroutine(Gate(ClaudeAgent(mode="can_use_tool"), inv).can_use_tool("Bash", CALL, ctx))
     inv2 = decided(
         rq,
         run_id,
@@ -173,8 +174,8 @@ def test_it_answers_each_tool_use_id_once(rq):
         [{"id": "toolu_1", "action": "approve", "data": CALL, "comment": None}],
     )
     gate = Gate(ClaudeAgent(mode="can_use_tool"), inv2)
-    assert isinstance(asyncio.run(gate.can_use_tool("Bash", CALL, ctx)), PermissionResultAllow)
-    again = asyncio.run(gate.can_use_tool("Bash", CALL, ctx))
+    assert isinstance(run_coroutine(gate.can_use_tool("Bash", CALL, ctx)), PermissionResultAllow)
+    again = run_coroutine(gate.can_use_tool("Bash", CALL, ctx))
     assert isinstance(again, PermissionResultDeny) and again.interrupt is True
 
 
@@ -189,21 +190,21 @@ def test_it_answers_each_tool_use_id_once(rq):
 def test_it_maps_each_decision_to_a_permission_result(rq, action, comment, expected):
     inv, run_id = invocation(rq)
     ctx = ToolPermissionContext(tool_use_id="toolu_1", suggestions=[])
-    asyncio.run(Gate(ClaudeAgent(mode="can_use_tool"), inv).can_use_tool("Bash", CALL, ctx))
+    run_coroutine(Gate(ClaudeAgent(mode="can_use_tool"), inv).can_use_tool("Bash", CALL, ctx))
     inv2 = decided(
         rq,
         run_id,
         inv.hold_id,
         [{"id": "toolu_1", "action": action, "data": CALL, "comment": comment}],
     )
-    got = asyncio.run(Gate(ClaudeAgent(mode="can_use_tool"), inv2).can_use_tool("Bash", CALL, ctx))
+    got = run_coroutine(Gate(ClaudeAgent(mode="can_use_tool"), inv2).can_use_tool("Bash", CALL, ctx))
     assert got == expected
 
 
 def test_it_does_not_let_a_decision_answer_a_different_call(rq):
     inv, run_id = invocation(rq)
     ctx = ToolPermissionContext(tool_use_id="toolu_1", suggestions=[])
-    asyncio.run(Gate(ClaudeAgent(mode="can_use_tool"), inv).can_use_tool("Bash", CALL, ctx))
+    run_coroutine(Gate(ClaudeAgent(mode="can_use_tool"), inv).can_use_tool("Bash", CALL, ctx))
     inv2 = decided(
         rq,
         run_id,
@@ -211,7 +212,9 @@ def test_it_does_not_let_a_decision_answer_a_different_call(rq):
         [{"id": "toolu_1", "action": "approve", "data": CALL, "comment": None}],
     )
     other = ToolPermissionContext(tool_use_id="toolu_5", suggestions=[])
-    got = asyncio.run(Gate(ClaudeAgent(mode="can_use_tool"), inv2).can_use_tool("Bash", {"command": "rm -rf /"}, other))
+    got = run_coroutine(
+        Gate(ClaudeAgent(mode="can_use_tool"), inv2).can_use_tool("Bash", {"command": "rm -rf /"}, other)
+    )
     assert isinstance(got, PermissionResultDeny)
     assert got.interrupt is True  # asked anew, not allowed on the old approval
 
@@ -219,13 +222,29 @@ def test_it_does_not_let_a_decision_answer_a_different_call(rq):
 def test_it_denies_the_deferred_call_when_the_hold_expired(rq):
     inv, run_id = invocation(rq)
     gate = Gate(ClaudeAgent(), inv)
-    asyncio.run(gate.pre_tool_use(hook_input(), "toolu_1", {"signal": None}))
+    run_coroutine(gate.pre_tool_use(hook_input(), "toolu_1", {"signal": None}))
     hold_id = inv.hold_id
     rq.holds[hold_id]["status"] = "expired"
     payload = rq.invocation_payload(
         run_id, {"hold_id": hold_id, "resolved_by": "expired", "items": [], "comment": None}
     )
     inv2 = agentos.Invocation(payload["invocation"], payload["resume"])
-    out = asyncio.run(Gate(ClaudeAgent(), inv2).pre_tool_use(hook_input(), "toolu_1", {}))
+    out = run_coroutine(Gate(ClaudeAgent(), inv2).pre_tool_use(hook_input(), "toolu_1", {}))
     assert out["hookSpecificOutput"]["permissionDecision"] == "deny"
     assert "expired" in out["hookSpecificOutput"]["permissionDecisionReason"]
+
+
+def test_it_runs_from_a_thread_that_already_has_a_running_loop():
+    # Playwright's sync API, a notebook or an async server leave a loop running in the caller's
+    # thread, where asyncio.run() refuses; the adapters still have to work there.
+    loop = asyncio.new_event_loop()
+    asyncio._set_running_loop(loop)
+    try:
+
+        async def answer():
+            return 42
+
+        assert run_coroutine(answer()) == 42
+    finally:
+        asyncio._set_running_loop(None)
+        loop.close()

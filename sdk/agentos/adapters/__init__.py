@@ -6,11 +6,26 @@ Import the one you need (`agentos.adapters.langgraph`, `.openai_agents`, `.claud
 
 from __future__ import annotations
 
+import asyncio
+import concurrent.futures
 import json
+from collections.abc import Coroutine
 from typing import Any
 
 ORDER = ("approve", "edit", "reject", "feedback")
 EXPIRED_MESSAGE = "The approval request expired without a decision. Do not run this call."
+
+
+def run_coroutine(coro: Coroutine) -> Any:
+    """Runs an async framework from a sync handler. In a thread that already runs an event loop
+    (a notebook, a test runner, an async web server), asyncio.run() refuses, so the coroutine gets
+    a thread and a loop of its own there."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(coro)
+    with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
+        return pool.submit(asyncio.run, coro).result()
 
 
 def jsonable(value: Any) -> Any:

@@ -32,7 +32,7 @@ from claude_agent_sdk import query as sdk_query
 
 from .. import Invocation
 from ..errors import Suspend
-from . import EXPIRED_MESSAGE, call_title, offered_actions
+from . import EXPIRED_MESSAGE, call_title, offered_actions, run_coroutine
 
 SESSION_KEY = "claude:session_id"
 ASKED_KEY = "claude:asked"
@@ -83,7 +83,7 @@ class ClaudeAgent:
         self.query = query
 
     def __call__(self, inv: Invocation) -> Any:
-        return asyncio.run(self.run(inv))
+        return run_coroutine(self.run(inv))
 
     def options_for(self, inv: Invocation) -> ClaudeAgentOptions:
         gate = Gate(self, inv)

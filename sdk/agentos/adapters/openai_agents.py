@@ -12,7 +12,6 @@ is then approved without asking again, because the reviewer already wrote it.
 
 from __future__ import annotations
 
-import asyncio
 import json
 from collections.abc import Callable
 from typing import Any
@@ -20,7 +19,7 @@ from typing import Any
 from agents import Agent, Runner, RunState
 
 from .. import Invocation
-from . import EXPIRED_MESSAGE, call_title, jsonable, offered_actions
+from . import EXPIRED_MESSAGE, call_title, jsonable, offered_actions, run_coroutine
 
 STATE_KEY = "openai_agents:run_state"
 EDITS_KEY = "openai_agents:edits"
@@ -67,7 +66,7 @@ class OpenAIAgentsAgent:
         self.run_kwargs = {"max_turns": max_turns} if max_turns else {}
 
     def __call__(self, inv: Invocation) -> Any:
-        return asyncio.run(self.run(inv))
+        return run_coroutine(self.run(inv))
 
     async def run(self, inv: Invocation) -> Any:
         saved = inv.state.run.get(STATE_KEY, None)
