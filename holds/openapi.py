@@ -204,7 +204,7 @@ def document() -> dict:
                 params=[_path_param("file_id", "^f_[0-9]+$")],
                 responses={
                     "200": {
-                        "description": "the file, typed from our record (images and PDFs inline, the rest as attachments)",
+                        "description": "the file, typed from our record (images and PDFs inline, the rest attached)",
                         "content": {"*/*": {"schema": {"type": "string", "format": "binary"}}},
                     },
                     **_errors(401, 403, 404),

@@ -189,18 +189,26 @@ def parse_json(raw: bytes) -> Any:
     no lone surrogates (neither can be stored as text); nesting no deeper than Python's stack."""
     try:
         value = json.loads(raw.decode("utf-8"), parse_constant=reject_constant, parse_float=finite_float)
+        if b"\\u" in raw:
+            # Only a \u escape can smuggle these in: raw NUL is invalid JSON, raw surrogates invalid UTF-8.
+            if _has_nul(value):
+                raise ValueError("NUL (\\u0000) cannot be stored")
+            json.dumps(value, ensure_ascii=False).encode("utf-8")
     except RecursionError:
         raise ValueError("the JSON is nested too deeply") from None
-    if b"\\u" in raw:
-        # Only a \u escape can smuggle these in: raw NUL is invalid JSON and raw surrogates invalid UTF-8.
-        text = json.dumps(value, ensure_ascii=False)
-        if "\x00" in text:
-            raise ValueError("NUL (\\u0000) cannot be stored")
-        try:
-            text.encode("utf-8")
-        except UnicodeEncodeError:
-            raise ValueError("a lone surrogate (\\ud800-\\udfff) is not a character") from None
+    except UnicodeEncodeError:
+        raise ValueError("a lone surrogate (\\ud800-\\udfff) is not a character") from None
     return value
+
+
+def _has_nul(value: Any) -> bool:
+    if isinstance(value, str):
+        return "\x00" in value
+    if isinstance(value, dict):
+        return any("\x00" in key or _has_nul(item) for key, item in value.items())
+    if isinstance(value, list):
+        return any(_has_nul(item) for item in value)
+    return False
 
 
 def canonical_json(value: Any) -> str:

@@ -147,11 +147,6 @@ def test_it_answers_404_for_unknown_and_malformed_file_ids(api, reviewer, member
         assert reviewer.get(f"/files/{file_id}").status_code == 404
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the download name keeps U+202E, so 'invoice\\u202egpj.exe' saves as 'invoiceexe.jpg'; "
-    "needs fix in holds/api.py serve_file (filename=rendering.reveal(run_file.name))",
-)
 def test_it_never_puts_a_bidi_control_into_a_download_name(reviewer, run_with_token):
     run, _ = run_with_token
     run_file = add_file(run, "application/octet-stream", name="invoice\u202egpj.exe")

@@ -147,8 +147,15 @@ def test_it_has_no_inline_script_or_event_handler_in_any_page(pages):
 
 # --- manage.py check --deploy --------------------------------------------------------------------
 
-# pytest-env relaxes these for plain-HTTP tests; production never sets them.
-RELAXED = {"SECURE_SSL_REDIRECT", "SESSION_COOKIE_SECURE", "CSRF_COOKIE_SECURE", "SECURE_HSTS_SECONDS"}
+# pytest-env relaxes these for plain-HTTP tests, and the browser tests allow async-unsafe calls;
+# production sets none of them.
+RELAXED = {
+    "SECURE_SSL_REDIRECT",
+    "SESSION_COOKIE_SECURE",
+    "CSRF_COOKIE_SECURE",
+    "SECURE_HSTS_SECONDS",
+    "DJANGO_ALLOW_ASYNC_UNSAFE",
+}
 PRODUCTION = {
     "DEBUG": "0",
     "SECRET_KEY": "pr0d-" + "Xq7#Lm2@Vb9&Nz4!Kd8%Rt6^" * 3,

@@ -13,8 +13,10 @@ DECIDE = {"items": [{"id": "INV-1", "action": "approve"}, {"id": "INV-2", "actio
 
 
 @pytest.fixture(autouse=True)
-def _fresh_limits():
+def _fresh_limits(monkeypatch):
+    """An empty cache, and a clock stopped 10 s into a window: no window turns over mid-test."""
     cache.clear()
+    monkeypatch.setattr(ratelimit, "clock", lambda: 1_800_000_010.0)
     yield
     cache.clear()
 
@@ -28,7 +30,8 @@ def assert_limited(response, window: int):
     assert response.status_code == 429, response.content
     body = response.json()
     assert body["error"] == "rate_limited" and body["message"]
-    assert 1 <= int(response["Retry-After"]) <= window and body["retry_after"] == int(response["Retry-After"])
+    # The clock stands 10 s into the window: the rest of it is the wait.
+    assert int(response["Retry-After"]) == window - 10 and body["retry_after"] == window - 10
 
 
 def test_it_limits_asks_per_run_token_with_429_and_retry_after(api, cap, settings):
@@ -113,3 +116,11 @@ def test_it_never_puts_a_token_in_a_cache_key(cap, settings):
     ratelimit.hit("ask", "tok_inv_secret.mac")
     keys = list(cache._cache.keys())  # locmem: the raw keys
     assert keys and not [k for k in keys if "secret" in k]
+
+
+def test_it_allows_again_once_the_window_has_passed(monkeypatch, settings):
+    settings.RQ_RATE_ASK = "2/m"
+    assert [ratelimit.hit("ask", "token:a") for _ in range(3)] == [0, 0, 50]
+    assert ratelimit.hit("ask", "token:b") == 0  # another token, its own count
+    monkeypatch.setattr(ratelimit, "clock", lambda: 1_800_000_060.0)  # the next window
+    assert ratelimit.hit("ask", "token:a") == 0
