@@ -16,6 +16,9 @@ class Receiver:
 
         class Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
+            # Headers and body go out in separate writes; without TCP_NODELAY, Nagle and delayed ACKs
+            # stall each keep-alive answer by ~40 ms.
+            disable_nagle_algorithm = True
 
             def do_POST(self):
                 now = time.time()

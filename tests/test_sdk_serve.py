@@ -244,3 +244,16 @@ def test_it_answers_failed_when_the_output_is_not_json(serve):
     answer = post(server, invocation()).json()
     assert answer["status"] == "failed"
     assert "JSON" in answer["error"]
+
+
+def test_it_answers_kept_alive_connections_without_nagle_delays(serve):
+    # The service keeps one connection per agent open; with Nagle's algorithm on, every answer
+    # (headers and body written separately) waited for a delayed ACK, about 40 ms each.
+    server = serve({"echo": lambda inv: 1})
+    assert server.httpd.RequestHandlerClass.disable_nagle_algorithm is True
+    with httpx.Client() as client:
+        for n in range(3):
+            payload = invocation(f"inv_keep{n}")
+            body = json.dumps(payload).encode()
+            headers = signing.sign(SECRET, payload["invocation"]["id"], body)
+            assert client.post(server.url + "/invoke", content=body, headers=headers).status_code == 200

@@ -166,6 +166,9 @@ class Server:
 def _make_request_handler(server: Server) -> type[BaseHTTPRequestHandler]:
     class RequestHandler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
+        # Headers and body go out in separate writes; without TCP_NODELAY, Nagle and delayed ACKs
+        # stall each keep-alive answer by ~40 ms.
+        disable_nagle_algorithm = True
 
         def log_message(self, format: str, *args: Any) -> None:
             log.debug("%s - %s", self.address_string(), format % args)
