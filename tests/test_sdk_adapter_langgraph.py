@@ -4,10 +4,8 @@ import operator
 import sqlite3
 from typing import Annotated, TypedDict
 
-import agentos
 import pytest
 from agentos.adapters.langgraph import LangGraphAgent
-from agentos.testing import FakeReviewQueue
 from langchain.agents import create_agent
 from langchain.agents.middleware import HumanInTheLoopMiddleware
 from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
@@ -20,23 +18,8 @@ from langgraph.types import interrupt
 
 
 @pytest.fixture
-def rq():
-    with FakeReviewQueue() as fake:
-        yield fake
-
-
-@pytest.fixture
-def agent(rq):
-    servers = []
-
-    def start(handler, capability="cap"):
-        server = agentos.Server({capability: handler}, port=0, secret=rq.secret).start()
-        servers.append(server)
-        return server
-
-    yield start
-    for server in servers:
-        server.stop()
+def agent(serve_agent):
+    return lambda handler, capability="cap": serve_agent(capability, handler)
 
 
 class PayState(TypedDict, total=False):
