@@ -156,11 +156,14 @@ def seed(
                 )
                 decided_at = None
             elif status == "expired":
-                expires = created + timedelta(hours=1)
+                # Finished holds finished in the past, as in a real history.
+                expires = created + timedelta(seconds=min(3600, (now - created).total_seconds() - 1))
                 decided_at = expires
             else:
                 expires = None if rng.random() < 0.5 else created + timedelta(days=3)
-                decided_at = created + timedelta(seconds=rng.randrange(30, 36 * 3600))
+                # Decided within 36 h of the ask, and before now: no burst of decisions at "now".
+                waited = (now - created).total_seconds() - 1
+                decided_at = created + timedelta(seconds=rng.uniform(min(30, waited), min(36 * 3600, waited)))
             start_id = f"inv_{secrets.token_hex(12)}"
             finished = status != "pending"
             runs.append(
