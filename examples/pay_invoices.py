@@ -50,7 +50,7 @@ def pay_invoices(inv: agentos.Invocation) -> dict[str, Any]:
                 item["confidence"] = {"amount": invoice["confidence"]}
             items.append(item)
         inv.ask(
-            f"Pay {len(items)} invoices",
+            f"Pay {len(items)} invoice{'' if len(items) == 1 else 's'}",
             items,
             actions=["approve", "edit", "reject"],
             details="Approve to pay as shown, **edit** the payee or amount first, or reject.",
