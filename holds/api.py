@@ -47,7 +47,10 @@ def endpoint(*methods: str):
             try:
                 return view(request, *args, **kwargs)
             except ServiceError as exc:
-                return JsonResponse(exc.body(), status=exc.status)
+                response = JsonResponse(exc.body(), status=exc.status)
+                if "retry_after" in exc.extra:
+                    response["Retry-After"] = str(exc.extra["retry_after"])
+                return response
 
         return inner
 
@@ -135,8 +138,7 @@ def holds(request):
         return JsonResponse(serializers.hold_list(actor, request.GET))
     if actor.kind != "run":
         raise Forbidden("only an agent, with its run token, asks")
-    if (limited := ratelimit.api_limit(request, "ask", actor)) is not None:
-        return limited
+    ratelimit.api_limit("ask", actor)
     body = read_json(request, MAX_ASK_BYTES)
     hold = services.hold_ask(invocation=actor.invocation, body=body)
     return JsonResponse({"hold_id": hold.public_id, "status": hold.status}, status=201)
@@ -154,8 +156,7 @@ def hold_detail(request, hold_id: str):
 @endpoint("POST")
 def hold_decision(request, hold_id: str):
     actor = caller(request)
-    if (limited := ratelimit.api_limit(request, "decision", actor)) is not None:
-        return limited
+    ratelimit.api_limit("decision", actor)
     body = read_json(request, MAX_DECISION_BYTES)
     hold = get_hold(actor, hold_id)
     hold = services.hold_decide(hold_id=hold.pk, actor=actor, body=body)

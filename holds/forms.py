@@ -179,10 +179,6 @@ class DecisionForm:
             else:
                 self.errors.append(message)
 
-    def choose(self, action: str) -> None:
-        for form in self.items:
-            form.action = action
-
     @property
     def summary(self) -> dict:
         counts = {}

@@ -23,7 +23,8 @@ from dataclasses import dataclass
 from django.conf import settings
 from django.core.cache import cache
 from django.core.exceptions import ImproperlyConfigured
-from django.http import JsonResponse
+
+from .errors import RateLimited
 
 log = logging.getLogger(__name__)
 
@@ -140,18 +141,8 @@ def identity(actor) -> str:
     return actor.caller_key
 
 
-def api_limit(request, scope: str, actor) -> JsonResponse | None:
-    """The 429 answer when `actor` (a run token, a key or a person) is over `scope`'s rate, else None."""
+def api_limit(scope: str, actor) -> None:
+    """Raises 429 when `actor` (a run token, a key or a person) is over `scope`'s rate."""
     retry_after = hit(scope, identity(actor))
-    if not retry_after:
-        return None
-    response = JsonResponse(
-        {
-            "error": "rate_limited",
-            "message": f"too many {scope} requests; try again in {retry_after} s",
-            "retry_after": retry_after,
-        },
-        status=429,
-    )
-    response["Retry-After"] = str(retry_after)
-    return response
+    if retry_after:
+        raise RateLimited(f"too many {scope} requests; try again in {retry_after} s", retry_after=retry_after)
