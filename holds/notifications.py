@@ -52,12 +52,11 @@ def hold_asked(hold_id: int) -> None:
 def enqueue(hold_id: int, kind: str) -> None:
     from .notify_tasks import notify
 
-    for channel in CHANNELS:
-        try:
-            notify.delay(hold_id, kind, channel)
-        except Exception:
-            # The broker is down: beat's catch-up (or the next reminder pass) sends it later.
-            log.warning("could not enqueue the %s %s notification", kind, channel, extra={"hold_id": hold_id})
+    try:
+        notify.delay(hold_id, kind)
+    except Exception:
+        # The broker is down: beat's catch-up (or the next reminder pass) sends it later.
+        log.warning("could not enqueue the %s notification", kind, extra={"hold_id": hold_id})
 
 
 def enqueue_due(*, now=None) -> int:

@@ -163,12 +163,27 @@ def test_it_retries_a_failing_webhook_and_logs_each_failure(people, webhook, cap
     webhook.script = [(500, {"error": "down"}), (503, {"error": "down"})]
     with caplog.at_level(logging.WARNING, logger="holds.notify_tasks"):
         # apply() runs the task here; Celery re-runs an eager task's retries at once.
-        notify_tasks.notify.apply(args=(hold.pk, "asked", "webhook"))
+        notify_tasks.notify.apply(args=(hold.pk, "asked", ["webhook"]))
     assert len(webhook.requests) == 3
     failures = [r for r in caplog.records if "failed (try" in r.getMessage()]
     assert len(failures) == 2 and failures[0].hold_id == hold.pk
     row = Notification.objects.get(hold=hold, channel="webhook")
     assert row.sent_at is not None and row.attempts == 3
+
+
+def test_one_task_sends_both_channels_and_retries_only_the_one_that_failed(people, webhook, caplog):
+    cap = factories.capability(approvers=["admin", "member"], notify={"webhook": webhook.url})
+    hold = leaky_hold(cap)
+    webhook.script = [(500, {"error": "down"})]
+    with caplog.at_level(logging.WARNING, logger="holds.notify_tasks"):
+        notify_tasks.notify.apply(args=(hold.pk, "asked"))
+    # The email went once, on the first try; only the webhook was tried again.
+    assert sorted(m.to[0] for m in mail.outbox) == ["alice@example.com", "mona@example.com"]
+    assert len(webhook.requests) == 2
+    rows = {row.channel: row for row in Notification.objects.filter(hold=hold)}
+    assert rows["email"].attempts == 1 and rows["webhook"].attempts == 2
+    assert all(row.sent_at is not None for row in rows.values())
+    assert [r.notification for r in caplog.records if "failed (try" in r.getMessage()] == ["asked/webhook"]
 
 
 def test_it_gives_up_after_the_retry_limit_and_logs_an_error(people, webhook, settings, caplog):
@@ -177,14 +192,16 @@ def test_it_gives_up_after_the_retry_limit_and_logs_an_error(people, webhook, se
     hold = leaky_hold(cap)
     webhook.default = (500, {"error": "down"})
     with caplog.at_level(logging.WARNING, logger="holds.notify_tasks"):
-        notify_tasks.notify.apply(args=(hold.pk, "asked", "webhook"))
+        notify_tasks.notify.apply(args=(hold.pk, "asked", ["webhook"]))
     assert len(webhook.requests) == 3
     assert [r.levelname for r in caplog.records if "gave up" in r.getMessage()] == ["ERROR"]
     row = Notification.objects.get(hold=hold, channel="webhook")
     assert row.sent_at is None and "HTTP 500" in row.last_error
 
 
-def test_it_enqueues_both_channels_only_after_the_ask_commits(people, monkeypatch, django_capture_on_commit_callbacks):
+def test_it_enqueues_one_task_for_both_channels_after_the_ask_commits(
+    people, monkeypatch, django_capture_on_commit_callbacks
+):
     sent = []
     monkeypatch.setattr(notify_tasks.notify, "delay", lambda *args: sent.append(args))
     hold = leaky_hold(factories.capability())
@@ -192,7 +209,7 @@ def test_it_enqueues_both_channels_only_after_the_ask_commits(people, monkeypatc
         notifications.hold_asked(hold.pk)
     assert sent == [] and len(callbacks) == 1
     callbacks[0]()
-    assert sent == [(hold.pk, "asked", "email"), (hold.pk, "asked", "webhook")]
+    assert sent == [(hold.pk, "asked")]
 
 
 def test_it_never_blocks_the_ask_when_the_broker_is_down(
@@ -205,7 +222,7 @@ def test_it_never_blocks_the_ask_when_the_broker_is_down(
     hold = leaky_hold(factories.capability())
     with caplog.at_level(logging.WARNING), django_capture_on_commit_callbacks(execute=True):
         notifications.hold_asked(hold.pk)  # no exception reaches the ask
-    assert [r.hold_id for r in caplog.records if "could not enqueue" in r.getMessage()] == [hold.pk, hold.pk]
+    assert [r.hold_id for r in caplog.records if "could not enqueue" in r.getMessage()] == [hold.pk]
 
 
 def test_it_is_called_by_the_ask(people, monkeypatch, django_capture_on_commit_callbacks):
@@ -213,7 +230,7 @@ def test_it_is_called_by_the_ask(people, monkeypatch, django_capture_on_commit_c
     monkeypatch.setattr(notify_tasks.notify, "delay", lambda *args: sent.append(args))
     with django_capture_on_commit_callbacks(execute=True):
         hold = leaky_hold(factories.capability())
-    assert (hold.pk, "asked", "email") in sent
+    assert sent == [(hold.pk, "asked")]
 
 
 def test_it_catches_up_on_asks_whose_enqueue_was_lost(people, monkeypatch):
@@ -222,7 +239,7 @@ def test_it_catches_up_on_asks_whose_enqueue_was_lost(people, monkeypatch):
     hold = leaky_hold(factories.capability())
     assert notifications.enqueue_due() == 0  # too fresh: the on-commit path has a minute
     assert notifications.enqueue_due(now=timezone.now() + dt.timedelta(minutes=5)) == 1
-    assert sent == [(hold.pk, "asked", "email"), (hold.pk, "asked", "webhook")]
+    assert sent == [(hold.pk, "asked")]
     notifications.deliver(hold_id=hold.pk, kind="asked", channel="email")
     notifications.deliver(hold_id=hold.pk, kind="asked", channel="webhook")
     sent.clear()
@@ -243,7 +260,7 @@ def test_it_reminds_once_when_a_long_hold_has_under_an_hour_left(people, monkeyp
     now = timezone.now()
     assert notifications.enqueue_due(now=now + dt.timedelta(hours=1)) == 0  # 2 h left
     assert notifications.enqueue_due(now=now + dt.timedelta(hours=2, minutes=15)) == 1
-    assert sent == [(long_hold.pk, "reminder", "email"), (long_hold.pk, "reminder", "webhook")]
+    assert sent == [(long_hold.pk, "reminder")]
     notifications.deliver(hold_id=long_hold.pk, kind="reminder", channel="email")
     assert mail.outbox[0].subject.startswith("Reminder, under an hour left: ")
     for secret in SECRETS:
