@@ -314,6 +314,8 @@ class Hold(models.Model):
                 condition=Q(status__in=["decided", "expired"]),
                 name="hold_history",
             ),
+            # The ops page: the oldest pending hold of each capability, one index probe each.
+            models.Index(fields=["capability", "created_at"], condition=Q(status="pending"), name="hold_pending_age"),
             # The sweep touches pending holds that expire, in expiry order.
             models.Index(
                 fields=["expires_at"],
@@ -460,6 +462,22 @@ class OpsTotal(models.Model):
 
     def __str__(self) -> str:
         return f"{self.metric}/{self.label} = {self.value:g}"
+
+
+class PendingCount(models.Model):
+    """Pending holds per capability, kept as deltas written by the transactions that change them:
+    +1 by an ask, -1 by a decision, -n by a sweep batch or a run that finishes with an open hold.
+
+    The ops page and /metrics sum these rows instead of counting pending holds (100,000 of them at
+    1,000,000 holds). Rows are only ever inserted by those transactions, never updated, so asks of
+    one capability never queue on a counter row's lock; beat folds them into one row per capability.
+    """
+
+    capability = models.ForeignKey(Capability, on_delete=models.CASCADE, related_name="+", db_index=False)
+    delta = models.IntegerField()
+
+    def __str__(self) -> str:
+        return f"capability {self.capability_id} {self.delta:+d}"
 
 
 class Notification(models.Model):

@@ -46,3 +46,8 @@ def remind_due() -> int:
 @shared_task(ignore_result=True)
 def ops_rollup() -> int:
     return ops.rollup()
+
+
+@shared_task(ignore_result=True)
+def fold_pending() -> int:
+    return ops.fold_pending()

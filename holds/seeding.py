@@ -9,6 +9,7 @@ import hashlib
 import json
 import random
 import secrets
+from collections import Counter
 from datetime import timedelta
 
 from django.db import connection, transaction
@@ -16,7 +17,7 @@ from django.utils import timezone
 
 from .auth import run_token_hash
 from .config import new_secret
-from .models import AuditEvent, Capability, Hold, HoldItem, Invocation, Run
+from .models import AuditEvent, Capability, Hold, HoldItem, Invocation, PendingCount, Run
 
 PAYEES = ["Aksa Lojistik", "Acme", "Globex", "Initech", "Umbrella", "Stark Industries", "Wayne Ent.", "Hooli"]
 CHUNK = 20_000
@@ -142,11 +143,14 @@ def seed(
     while done < holds:
         size = min(CHUNK, holds - done)
         runs, invs, hold_rows, item_rows, audits = [], [], [], [], []
+        pending = Counter()
         for _ in range(size):
             cap = caps[rng.randrange(len(caps))]
             roll = rng.random()
             status = "pending" if roll < mix[0] else "decided" if roll < mix[0] + mix[1] else "expired"
             counts[status] += 1
+            if status == "pending":
+                pending[cap.pk] += 1
             created = now - timedelta(seconds=rng.randrange(60, 30 * 24 * 3600))
             if status == "pending":
                 expires = (
@@ -306,6 +310,8 @@ def seed(
             _write(Invocation, [row for row in invs if row[2] == "resume"])
             _write(HoldItem, item_rows)
             _write(AuditEvent, audits)
+            # The ops counters learn of these pending holds as they would of asked ones.
+            PendingCount.objects.bulk_create(PendingCount(capability_id=c, delta=n) for c, n in pending.items())
         done += size
         if progress:
             progress(done)

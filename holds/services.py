@@ -14,6 +14,8 @@ State machines (SPEC "Words" and "Precise rules"):
 
 import hashlib
 import random
+from collections import Counter
+from contextlib import nullcontext
 from dataclasses import dataclass
 from datetime import timedelta
 
@@ -35,6 +37,7 @@ from .models import (
     HoldItem,
     IdempotencyKey,
     Invocation,
+    PendingCount,
     Run,
     RunFile,
     RunState,
@@ -182,8 +185,14 @@ def _finish_run(run: Run, *, status: str, actor: Actor, output=None, error: str 
     run.error = error
     run.finished_at = timezone.now()
     run.save(update_fields=["status", "output", "error", "finished_at"])
-    cancelled_holds = list(Hold.objects.filter(run=run, status=Hold.Status.PENDING).values_list("pk", flat=True))
-    Hold.objects.filter(pk__in=cancelled_holds).update(status=Hold.Status.CANCELLED, decided_at=timezone.now())
+    # Locked and re-checked, so that a decision committing meanwhile is never overwritten.
+    open_holds = Hold.objects.select_for_update().filter(run=run, status=Hold.Status.PENDING)
+    cancelled_holds = list(open_holds.values_list("pk", flat=True))
+    if cancelled_holds:
+        Hold.objects.filter(pk__in=cancelled_holds, status=Hold.Status.PENDING).update(
+            status=Hold.Status.CANCELLED, decided_at=timezone.now()
+        )
+        PendingCount.objects.create(capability_id=run.capability_id, delta=-len(cancelled_holds))
     cancelled_invs = list(Invocation.objects.filter(run=run, status__in=UNSENT_INVOCATION).values_list("pk", flat=True))
     Invocation.objects.filter(pk__in=cancelled_invs).update(status=Invocation.Status.CANCELLED, lease_until=None)
     audit(
@@ -260,7 +269,7 @@ def hold_ask(*, invocation: Invocation, body) -> Hold:
 
 
 def _insert_ask(hold: Hold, items: list[HoldItem], event: AuditEvent) -> None:
-    """Writes a hold, its items and its audit event, all or nothing.
+    """Writes a hold, its items, its audit event and its +1 pending count, all or nothing.
 
     On PostgreSQL this is one statement (data-modifying CTEs), atomic by itself: one round trip
     with no BEGIN/COMMIT, where the ORM needs five and compiles three INSERTs. The columns and
@@ -274,6 +283,7 @@ def _insert_ask(hold: Hold, items: list[HoldItem], event: AuditEvent) -> None:
             HoldItem.objects.bulk_create(items)
             event.hold_id_ref = hold.pk
             event.save(force_insert=True)
+            PendingCount.objects.create(capability_id=hold.capability_id, delta=1)
         return
     hold_columns, params = _insert_values(hold)
     item_rows = []
@@ -290,10 +300,14 @@ def _insert_ask(hold: Hold, items: list[HoldItem], event: AuditEvent) -> None:
         f" i AS (INSERT INTO {HoldItem._meta.db_table} ({quote('hold_id')}, {', '.join(columns)})"
         f" VALUES {', '.join(item_rows)}),"
         f" a AS (INSERT INTO {AuditEvent._meta.db_table} ({quote('hold_id_ref')}, {', '.join(event_columns)})"
-        f" VALUES ((SELECT id FROM h), {', '.join(['%s'] * len(event_columns))}))"
+        f" VALUES ((SELECT id FROM h), {', '.join(['%s'] * len(event_columns))})),"
+        f" p AS (INSERT INTO {PendingCount._meta.db_table} (capability_id, delta) VALUES (%s, 1))"
         " SELECT id FROM h"
     )
-    with connection.cursor() as cursor:
+    params.append(hold.capability_id)
+    # Alone it needs no transaction. Inside a caller's, a savepoint keeps a refused ask (the
+    # unique index on pending holds) from aborting that transaction.
+    with transaction.atomic() if connection.in_atomic_block else nullcontext(), connection.cursor() as cursor:
         cursor.execute(sql, params)
         hold.pk = cursor.fetchone()[0]
     hold._state.adding = False
@@ -388,6 +402,10 @@ def hold_decide(*, hold_id: int, actor: Actor, body, fingerprint: str | None = N
     by_id = {d.id: d for d in decision.items}
     now = timezone.now()
     with transaction.atomic():
+        # Lock order run -> hold, as an answer and a finishing run take them. Without it the resume's
+        # foreign key would lock the run only at COMMIT, after the hold: a deadlock with an answer
+        # or a failing run that holds the run and waits for this hold.
+        list(Run.objects.select_for_update(no_key=True).filter(pk=hold.run_id).values_list("pk"))
         won = (
             Hold.objects.filter(pk=hold.pk, status=Hold.Status.PENDING)
             .filter(Q(expires_at__isnull=True) | Q(expires_at__gt=Now()))
@@ -406,6 +424,7 @@ def hold_decide(*, hold_id: int, actor: Actor, body, fingerprint: str | None = N
             if fresh.status == Hold.Status.PENDING:
                 fresh.status = Hold.Status.EXPIRED
             raise hold_refusal(fresh)
+        PendingCount.objects.create(capability_id=hold.capability_id, delta=-1)
         resume_items = []
         for item in items:
             choice = by_id[item.item_id]
@@ -477,7 +496,7 @@ def holds_expire_due(*, limit: int | None = None) -> int:
         due = due_holds()
         if connection.features.has_select_for_update_skip_locked:
             due = due.select_for_update(skip_locked=True)
-        rows = list(due.values_list("pk", "run_id", "invocation_id", "expires_at")[:limit])
+        rows = list(due.values_list("pk", "run_id", "invocation_id", "expires_at", "capability_id")[:limit])
         if not rows:
             return 0
         # Read after the lock, so an asker that answered meanwhile is seen as answered.
@@ -497,7 +516,7 @@ def holds_expire_due(*, limit: int | None = None) -> int:
                 asker=askers[asker_id],
                 resume={"hold_id": f"h_{hold_pk}", "resolved_by": "expired", "items": [], "comment": None},
             )
-            for hold_pk, run_id, asker_id, _ in rows
+            for hold_pk, run_id, asker_id, _, _ in rows
         ]
         Invocation.objects.bulk_create(invocations)
         AuditEvent.objects.bulk_create(
@@ -509,8 +528,10 @@ def holds_expire_due(*, limit: int | None = None) -> int:
                 invocation_id_ref=inv.id,
                 data={"expires_at": expires_at.isoformat()},
             )
-            for (hold_pk, run_id, _, expires_at), inv in zip(rows, invocations, strict=True)
+            for (hold_pk, run_id, _, expires_at, _), inv in zip(rows, invocations, strict=True)
         )
+        per_capability = Counter(row[4] for row in rows)
+        PendingCount.objects.bulk_create(PendingCount(capability_id=c, delta=-n) for c, n in per_capability.items())
         _publish_on_commit(invocations)
     return len(rows)
 

@@ -183,6 +183,7 @@ CELERY_BEAT_SCHEDULE = {
         "schedule": float(RQ_REMIND_INTERVAL),
     },
     "seal-ops-hours": {"task": "holds.notify_tasks.ops_rollup", "schedule": float(RQ_ROLLUP_INTERVAL)},
+    "fold-pending-counts": {"task": "holds.notify_tasks.fold_pending", "schedule": 10.0},
 }
 
 AUTH_PASSWORD_VALIDATORS = [

@@ -8,7 +8,7 @@ import threading
 import time
 
 import pytest
-from django.db import connections
+from django.db import connections, transaction
 from django.utils import timezone
 
 from holds import seeding, services
@@ -123,3 +123,66 @@ def test_two_sweepers_expire_each_of_1000_holds_once(db):
     assert sum(results) == 1000
     assert Hold.objects.filter(status="expired").count() == 1000
     assert Invocation.objects.filter(kind="resume").count() == 1000
+
+
+# --- lock order: a decision against an answer or a finishing run ---------------------------------
+
+
+def overlap(first, second):
+    """`first` runs in a transaction that stays open (its row locks held) while `second` starts;
+    returns what each raised, or None. Shows a lock-order deadlock every time, not by luck."""
+    started, errors = threading.Event(), [None, None]
+
+    def run_first():
+        try:
+            with transaction.atomic():
+                first()
+                started.set()
+                time.sleep(0.5)
+        except Exception as exc:
+            errors[0] = exc
+        finally:
+            started.set()
+            connections.close_all()
+
+    def run_second():
+        started.wait(10)
+        try:
+            second()
+        except Exception as exc:
+            errors[1] = exc
+        finally:
+            connections.close_all()
+
+    threads = [threading.Thread(target=run_first), threading.Thread(target=run_second)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return errors
+
+
+def test_a_run_failing_while_its_hold_is_decided_waits_and_keeps_the_decision(cap, deciders):
+    admin = actor_for_account(factories.account("ops", role="admin")[0])
+    hold = factories.held_hold(cap)[1]
+    errors = overlap(
+        lambda: services.hold_decide(hold_id=hold.pk, actor=deciders[0], body=APPROVE),
+        lambda: services.run_fail(run_id=hold.run_id, actor=admin, reason="stop"),
+    )
+    assert errors == [None, None]
+    hold.refresh_from_db()
+    assert hold.status == "decided" and hold.resumes.count() == 1
+    assert Hold.objects.get(pk=hold.pk).run.status == "failed"
+
+
+def test_an_answer_arriving_while_the_hold_is_decided_waits_and_releases_the_resume(cap, deciders):
+    run = factories.start_run(cap)
+    invocation, _ = factories.deliver_now(run)
+    hold = services.hold_ask(invocation=invocation, body=factories.ask_body())
+    errors = overlap(
+        lambda: services.hold_decide(hold_id=hold.pk, actor=deciders[0], body=APPROVE),
+        lambda: factories.answer(invocation, {"status": "suspended", "hold_id": hold.public_id}),
+    )
+    assert errors == [None, None]
+    resume = Invocation.objects.get(hold=hold)
+    assert resume.status != "waiting"  # the answer saw the resume and released it
