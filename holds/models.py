@@ -426,12 +426,13 @@ class RunState(models.Model):
 
 
 class OpsHour(models.Model):
-    """One sealed hour of the audit log, aggregated: the ops page and /metrics read these.
+    """One sealed span of the audit log, aggregated: the ops page and /metrics read these.
 
-    `metric`/`label` pairs: asked, decided, expired, action/<approve|edit|...>, ttd/<bucket>,
-    attempt/<outcome>, latency/<bucket>, *_sum, and one `sealed` row per hour (the watermark).
-    An hour is sealed once, some minutes after it ends, and never changes after: counting the
-    audit log's hours one by one keeps every request bounded however many holds exist.
+    `hour` is the span's start: a whole hour once it is over, or a 5-minute bucket of the current
+    hour. `metric`/`label` pairs: asked, decided, expired, action/<approve|edit|...>, ttd/<bucket>,
+    attempt/<outcome>, latency/<bucket>, *_sum, and one `sealed` row per span (the watermark; its
+    value is the span in seconds). A span is sealed once, a minute after it ends, and never changes
+    after: requests read only the few minutes since, however many holds exist.
     """
 
     hour = models.DateTimeField()

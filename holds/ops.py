@@ -40,8 +40,12 @@ from .models import AuditEvent, Capability, Hold, Invocation, OpsHour, OpsTotal,
 log = logging.getLogger(__name__)
 
 HOUR = timedelta(hours=1)
-# An hour is sealed this long after it ends, so that transactions still open at its end commit first.
-SEAL_LAG = timedelta(minutes=10)
+# Finished hours are sealed whole; the current hour in 5-minute buckets, so that the live tail a
+# request reads is at most a few minutes of events, even in an hour with a burst.
+BUCKET = timedelta(minutes=5)
+# A bucket is sealed this long after it ends, so that transactions open at its end commit first
+# (the longest transaction here, a sweep batch, takes well under a second).
+SEAL_LAG = timedelta(minutes=1)
 INF = math.inf
 # Time to decision (seconds): minutes to a week; the ops page interpolates percentiles inside a bucket.
 TTD_BUCKETS = (60, 300, 900, 1800, 3600, 7200, 14400, 28800, 86400, 172800, 604800, INF)
@@ -132,17 +136,18 @@ def _merge(into: dict, counts: dict) -> dict:
 
 
 def sealed_until() -> datetime | None:
-    """The end of the last sealed hour: the live tail starts here."""
-    last = OpsHour.objects.filter(metric="sealed", label="").order_by("-hour").values_list("hour", flat=True).first()
-    return last + HOUR if last else None
+    """The end of the last sealed hour or bucket: the live tail starts here."""
+    last = OpsHour.objects.filter(metric="sealed", label="").order_by("-hour").values_list("hour", "value").first()
+    return last[0] + timedelta(seconds=last[1]) if last else None
 
 
 # --- sealing (a beat task) --------------------------------------------------------------------
 
 
 def rollup(*, now: datetime | None = None, max_hours: int = 500) -> int:
-    """Seals every finished hour not sealed yet, oldest first. Safe to run twice, or concurrently:
-    the unique `sealed` row of an hour lets only one sealer write it. Returns hours sealed."""
+    """Seals every finished hour, then every finished 5-minute bucket of the current hour, that is
+    not sealed yet, oldest first. Safe to run twice, or concurrently: the unique `sealed` row of a
+    start lets only one sealer write it. Returns how many were sealed (at most `max_hours`)."""
     now = now or timezone.now()
     start = sealed_until()
     if start is None:
@@ -151,24 +156,28 @@ def rollup(*, now: datetime | None = None, max_hours: int = 500) -> int:
             return 0
         start = floor_hour(first)
     sealed = 0
-    while start + HOUR <= now - SEAL_LAG and sealed < max_hours:
+    while sealed < max_hours:
+        size = HOUR if start == floor_hour(start) and start + HOUR <= now - SEAL_LAG else BUCKET
+        if start + size > now - SEAL_LAG:
+            break
         try:
-            _seal(start)
+            _seal(start, size)
         except IntegrityError:
-            return sealed  # another sealer has this hour; it carries on from here
-        start += HOUR
+            return sealed  # another sealer has this one; it carries on from here
+        start += size
         sealed += 1
     return sealed
 
 
-def _seal(hour: datetime) -> None:
+def _seal(start: datetime, size: timedelta) -> None:
     with transaction.atomic():
-        OpsHour.objects.create(hour=hour, metric="sealed", label="", value=1)
+        # The watermark row: its value is the sealed span in seconds.
+        OpsHour.objects.create(hour=start, metric="sealed", label="", value=size.total_seconds())
         counts: dict = {}
-        for per_hour in _tally(_events(hour, hour + HOUR)).values():
+        for per_hour in _tally(_events(start, start + size)).values():
             _merge(counts, per_hour)
         OpsHour.objects.bulk_create(
-            OpsHour(hour=hour, metric=metric, label=label, value=value) for (metric, label), value in counts.items()
+            OpsHour(hour=start, metric=metric, label=label, value=value) for (metric, label), value in counts.items()
         )
         for (metric, label), value in counts.items():
             if not OpsTotal.objects.filter(metric=metric, label=label).update(value=F("value") + value):
@@ -192,8 +201,9 @@ def hourly(since: datetime) -> dict[datetime, dict]:
     start = sealed_until()
     hours: dict = defaultdict(dict)
     rows = OpsHour.objects.filter(hour__gte=since).exclude(metric="sealed")
-    for hour, metric, label, value in rows.values_list("hour", "metric", "label", "value"):
-        hours[hour][metric, label] = value
+    for span, metric, label, value in rows.values_list("hour", "metric", "label", "value"):
+        # Sealed 5-minute buckets add up to their hour.
+        _merge(hours[floor_hour(span)], {(metric, label): value})
     tail_start = max(start, since) if start else since
     for hour, counts in _tally(_events(tail_start)).items():
         _merge(hours[hour], counts)

@@ -13,6 +13,11 @@ def count_pending(apps, schema_editor):
     PendingCount.objects.bulk_create(PendingCount(capability_id=r["capability_id"], delta=r["n"]) for r in rows)
 
 
+def sealed_spans_in_seconds(apps, schema_editor):
+    """The watermark rows' value becomes the sealed span in seconds; until now every span was an hour."""
+    apps.get_model("holds", "OpsHour").objects.filter(metric="sealed").update(value=3600)
+
+
 class Migration(migrations.Migration):
     dependencies = [
         ("holds", "0006_run_state_null"),
@@ -41,4 +46,5 @@ class Migration(migrations.Migration):
             ),
         ),
         migrations.RunPython(count_pending, migrations.RunPython.noop),
+        migrations.RunPython(sealed_spans_in_seconds, migrations.RunPython.noop),
     ]
