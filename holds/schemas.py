@@ -7,6 +7,7 @@ against its hold) from the checks below. The OpenAPI document is built from thes
 
 import json
 import math
+import re
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError
@@ -184,15 +185,20 @@ def finite_float(text: str) -> float:
     return value
 
 
+SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
+
+
 def parse_json(raw: bytes) -> Any:
     """JSON as the contract means it: no NaN or Infinity; integers exact at any size; no NUL and
     no lone surrogates (neither can be stored as text); nesting no deeper than Python's stack."""
     try:
         value = json.loads(raw.decode("utf-8"), parse_constant=reject_constant, parse_float=finite_float)
-        if b"\\u" in raw:
-            # Only a \u escape can smuggle these in: raw NUL is invalid JSON, raw surrogates invalid UTF-8.
-            if _has_nul(value):
-                raise ValueError("NUL (\\u0000) cannot be stored")
+        # Only a \u escape can smuggle these in: raw NUL is invalid JSON, raw surrogates invalid
+        # UTF-8. The byte tests are cheap and may match more than they must (an escaped backslash);
+        # the walks over the value decide, and run only then (not for every "\u00b7").
+        if b"\\u0000" in raw and _has_nul(value):
+            raise ValueError("NUL (\\u0000) cannot be stored")
+        if SURROGATE_ESCAPE.search(raw):
             json.dumps(value, ensure_ascii=False).encode("utf-8")
     except RecursionError:
         raise ValueError("the JSON is nested too deeply") from None

@@ -13,6 +13,7 @@ State machines (SPEC "Words" and "Precise rules"):
 """
 
 import hashlib
+import json
 import random
 from collections import Counter
 from contextlib import nullcontext
@@ -246,10 +247,6 @@ def hold_ask(*, invocation: Invocation, body) -> Hold:
             intent=ask.intent, actions=list(ask.actions), details=ask.details, items=items, files=list(ask.files)
         ),
     )
-    rows = [
-        HoldItem(position=n, item_id=item["id"], title=item["title"], data=item["data"], confidence=item["confidence"])
-        for n, item in enumerate(items)
-    ]
     event = AuditEvent(
         kind="hold.asked",
         actor=actor_for_invocation(invocation).label,
@@ -258,7 +255,7 @@ def hold_ask(*, invocation: Invocation, body) -> Hold:
         data={"intent": ask.intent, "items": len(items), "expires_in": ask.expires_in},
     )
     try:
-        _insert_ask(hold, rows, event)
+        _insert_ask(hold, items, event)
     except IntegrityError:
         # The partial unique index on pending holds: this run has asked already.
         _refuse_if_open(run)
@@ -268,51 +265,59 @@ def hold_ask(*, invocation: Invocation, body) -> Hold:
     return hold
 
 
-def _insert_ask(hold: Hold, items: list[HoldItem], event: AuditEvent) -> None:
+def _insert_ask(hold: Hold, items: list[dict], event: AuditEvent) -> None:
     """Writes a hold, its items, its audit event and its +1 pending count, all or nothing.
 
     On PostgreSQL this is one statement (data-modifying CTEs), atomic by itself: one round trip
-    with no BEGIN/COMMIT, where the ORM needs five and compiles three INSERTs. The columns and
-    values come from the model instances exactly as the ORM would write them.
+    with no BEGIN/COMMIT, where the ORM needs five and compiles three INSERTs. Hold and audit row
+    are written from their model instances as the ORM would write them; the items go in as one
+    array per column, so the statement's text is the same for 1 and 100 items (psycopg parses it
+    once, not 900 placeholders per ask).
     """
     if connection.vendor != "postgresql":
+        rows = [
+            HoldItem(position=n, item_id=i["id"], title=i["title"], data=i["data"], confidence=i["confidence"])
+            for n, i in enumerate(items)
+        ]
         with transaction.atomic():
             hold.save(force_insert=True)
-            for item in items:
-                item.hold = hold
-            HoldItem.objects.bulk_create(items)
+            for row in rows:
+                row.hold = hold
+            HoldItem.objects.bulk_create(rows)
             event.hold_id_ref = hold.pk
             event.save(force_insert=True)
             PendingCount.objects.create(capability_id=hold.capability_id, delta=1)
         return
     hold_columns, params = _insert_values(hold)
-    item_rows = []
-    for item in items:
-        columns, values = _insert_values(item, skip=("hold_id",))
-        item_rows.append("((SELECT id FROM h), " + ", ".join(["%s"] * len(values)) + ")")
-        params += values
+    data = HoldItem._meta.get_field("data")
+    params += [
+        list(range(len(items))),
+        [i["id"] for i in items],
+        [i["title"] for i in items],
+        [data.get_prep_value(i["data"]) for i in items],
+        [json.dumps(i["confidence"]) for i in items],
+    ]
     event_columns, values = _insert_values(event, skip=("hold_id_ref",))
-    params += values
-    quote = connection.ops.quote_name
+    params += [*values, hold.capability_id]
     sql = (
         f"WITH h AS (INSERT INTO {Hold._meta.db_table} ({', '.join(hold_columns)})"
         f" VALUES ({', '.join(['%s'] * len(hold_columns))}) RETURNING id),"
-        f" i AS (INSERT INTO {HoldItem._meta.db_table} ({quote('hold_id')}, {', '.join(columns)})"
-        f" VALUES {', '.join(item_rows)}),"
-        f" a AS (INSERT INTO {AuditEvent._meta.db_table} ({quote('hold_id_ref')}, {', '.join(event_columns)})"
+        f" i AS (INSERT INTO {HoldItem._meta.db_table}"
+        " (hold_id, position, item_id, title, data, confidence, action, decided_data, comment)"
+        " SELECT (SELECT id FROM h), x.position, x.item_id, x.title, x.data, x.confidence::jsonb, '', NULL, NULL"
+        " FROM unnest(%s::int[], %s::text[], %s::text[], %s::text[], %s::text[])"
+        " AS x(position, item_id, title, data, confidence)),"
+        f" a AS (INSERT INTO {AuditEvent._meta.db_table} (hold_id_ref, {', '.join(event_columns)})"
         f" VALUES ((SELECT id FROM h), {', '.join(['%s'] * len(event_columns))})),"
         f" p AS (INSERT INTO {PendingCount._meta.db_table} (capability_id, delta) VALUES (%s, 1))"
         " SELECT id FROM h"
     )
-    params.append(hold.capability_id)
     # Alone it needs no transaction. Inside a caller's, a savepoint keeps a refused ask (the
     # unique index on pending holds) from aborting that transaction.
     with transaction.atomic() if connection.in_atomic_block else nullcontext(), connection.cursor() as cursor:
         cursor.execute(sql, params)
         hold.pk = cursor.fetchone()[0]
     hold._state.adding = False
-    for item in items:
-        item.hold = hold
     event.hold_id_ref = hold.pk
 
 
