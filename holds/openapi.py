@@ -35,6 +35,7 @@ def _errors(*codes: int) -> dict:
         409: "a conflict (hold_open, already_decided, expired, cancelled, …)",
         413: "too_large: the raw body is over the limit",
         422: "invalid: every bad field by path (or idempotency_mismatch)",
+        429: "rate_limited: over this caller's rate; Retry-After (and retry_after) says how many seconds to wait",
     }
     return {str(code): _json(schemas.InvalidOut if code == 422 else schemas.ErrorOut, text[code]) for code in codes}
 
@@ -86,7 +87,10 @@ def document() -> dict:
                 "Ask: open a hold for the token's run",
                 security=TOKEN,
                 body=schemas.AskIn,
-                responses={"201": _json(schemas.HoldCreatedOut, "the hold"), **_errors(400, 401, 403, 409, 413, 422)},
+                responses={
+                    "201": _json(schemas.HoldCreatedOut, "the hold"),
+                    **_errors(400, 401, 403, 409, 413, 422, 429),
+                },
             ),
             "get": _op(
                 "List holds the caller may see (newest first, keyset pages)",
@@ -112,7 +116,10 @@ def document() -> dict:
                 security=KEY + SESSION,
                 params=[hold_id],
                 body=schemas.DecisionIn,
-                responses={"200": _json(schemas.DecisionOut, "decided"), **_errors(400, 401, 403, 404, 409, 413, 422)},
+                responses={
+                    "200": _json(schemas.DecisionOut, "decided"),
+                    **_errors(400, 401, 403, 404, 409, 413, 422, 429),
+                },
             ),
         },
         "/v0/runs": {

@@ -18,10 +18,10 @@ from django.utils.http import urlencode
 from django.views.decorators.http import require_GET, require_POST
 from django_htmx.http import reswap, retarget
 
-from . import queries, rendering, services
+from . import queries, ratelimit, rendering, services
 from .api import serve_file
 from .auth import Actor, actor_for_user, may_decide, may_view
-from .errors import Conflict, Forbidden, Invalid, NotFound
+from .errors import Conflict, Forbidden, Invalid, NotFound, RateLimited
 from .forms import ACTION_LABELS, DecisionForm, ItemForm, parse_confirmed
 from .models import Capability, Hold, HoldItem, RunFile
 from .serializers import parse_public_id
@@ -245,8 +245,10 @@ def hold_decision(request, hold_id: str):
     if body is None:
         return _refused(request, hold, Invalid([{"field": "decision", "message": "the decision is not valid JSON"}]))
     try:
+        # The same budget as decisions through the API: one person, one count.
+        ratelimit.api_limit("decision", actor)
         services.hold_decide(hold_id=hold.pk, actor=actor, body=body, fingerprint=request.POST.get("fingerprint", ""))
-    except (Conflict, Forbidden, Invalid, NotFound) as exc:
+    except (Conflict, Forbidden, Invalid, NotFound, RateLimited) as exc:
         return _refused(request, queries.hold_for_page(hold.pk) or hold, exc)
     messages.success(request, "Decision recorded. The agent will be resumed with it.")
     return redirect("hold", hold_id=hold.public_id)
@@ -260,6 +262,7 @@ REFUSAL_TITLES = {
     "forbidden": "You may not decide this hold",
     "invalid": "The decision is not valid",
     "not_found": "Not found",
+    "rate_limited": "Too many decisions",
 }
 
 
@@ -276,7 +279,10 @@ def _refused(request, hold: Hold, exc) -> object:
         "role": actor_for_user(request.user).role,
     }
     template = "holds/refused.html" + ("#refusal" if request.htmx else "")
-    return render(request, template, context, status=exc.status)
+    response = render(request, template, context, status=exc.status)
+    if "retry_after" in exc.extra:
+        response["Retry-After"] = str(exc.extra["retry_after"])
+    return response
 
 
 # --- history ------------------------------------------------------------------------------------

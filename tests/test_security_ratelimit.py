@@ -124,3 +124,27 @@ def test_it_allows_again_once_the_window_has_passed(monkeypatch, settings):
     assert ratelimit.hit("ask", "token:b") == 0  # another token, its own count
     monkeypatch.setattr(ratelimit, "clock", lambda: 1_800_000_060.0)  # the next window
     assert ratelimit.hit("ask", "token:a") == 0
+
+
+def test_browser_decisions_share_the_persons_decision_budget(client, cap, member, settings):
+    from tests.test_view_hold import confirmed, review_post, url
+
+    settings.RQ_RATE_DECISION = "1/m"
+    first, second = factories.held_hold(cap)[1], factories.held_hold(cap)[1]
+    client.force_login(member)
+    for hold, status in ((first, 302), (second, 429)):
+        look = review_post(client, hold, {"approve_all": "1"})
+        response = client.post(url(hold, "/decision"), {"decision": confirmed(look), "fingerprint": hold.fingerprint})
+        assert response.status_code == status
+    assert "Too many decisions" in response.content.decode() and int(response["Retry-After"]) == 50
+    assert Hold.objects.get(pk=second.pk).status == "pending"
+
+
+def test_the_openapi_document_describes_the_429(api, cap, settings):
+    from tests.test_api_openapi import check
+
+    settings.RQ_RATE_ASK = "0/m"
+    _, token = live_token(cap)
+    limited = api.post("/v0/holds", factories.ask_body(), token=token)
+    assert limited.status_code == 429
+    check(api.get("/v0/openapi.json").json(), "/v0/holds", "post", limited)
