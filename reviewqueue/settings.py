@@ -76,7 +76,7 @@ RQ_CONFIDENCE_RED = 0.5
 # /metrics answers only `Authorization: Bearer <RQ_METRICS_TOKEN>`; unset, /metrics is off (404).
 RQ_METRICS_TOKEN = env_str("RQ_METRICS_TOKEN", "")
 RQ_HEALTH_TIMEOUT = float(env_int("RQ_HEALTH_TIMEOUT", 2))  # seconds per /healthz check
-RQ_ROLLUP_INTERVAL = env_int("RQ_ROLLUP_INTERVAL", 60)  # sealing finished hours for /ops and /metrics
+RQ_ROLLUP_INTERVAL = env_int("RQ_ROLLUP_INTERVAL", 60)  # sealing hours and 5-minute buckets for /ops, /metrics
 # Notifications: the sender, the webhook timeout, retries with exponential backoff, reminders.
 RQ_NOTIFY_FROM = env_str("RQ_NOTIFY_FROM", "Review Queue <review-queue@localhost>")
 RQ_WEBHOOK_TIMEOUT = float(env_int("RQ_WEBHOOK_TIMEOUT", 10))
