@@ -170,7 +170,7 @@ def run_fail(*, run_id: int, actor: Actor, reason: str) -> Run:
     if not actor.is_admin:
         raise Forbidden("only admins may fail a run")
     with transaction.atomic():
-        run = Run.objects.select_for_update().filter(pk=run_id).first()
+        run = Run.objects.select_for_update(no_key=True).filter(pk=run_id).first()
         if run is None:
             raise NotFound(f"run r_{run_id} does not exist")
         if run.finished:
@@ -407,10 +407,6 @@ def hold_decide(*, hold_id: int, actor: Actor, body, fingerprint: str | None = N
     by_id = {d.id: d for d in decision.items}
     now = timezone.now()
     with transaction.atomic():
-        # Lock order run -> hold, as an answer and a finishing run take them. Without it the resume's
-        # foreign key would lock the run only at COMMIT, after the hold: a deadlock with an answer
-        # or a failing run that holds the run and waits for this hold.
-        list(Run.objects.select_for_update(no_key=True).filter(pk=hold.run_id).values_list("pk"))
         won = (
             Hold.objects.filter(pk=hold.pk, status=Hold.Status.PENDING)
             .filter(Q(expires_at__isnull=True) | Q(expires_at__gt=Now()))
@@ -625,14 +621,21 @@ def invocation_record(*, invocation_id: str, attempt: int, outcome: Outcome) -> 
     ran out and whose row was handed to another) records nothing.
     """
     with transaction.atomic():
+        # NO KEY locks: nothing here changes a key, and a plain FOR UPDATE would also block the
+        # key-share lock that a commit inserting a row that refers to this run (a resume written by
+        # a decision or the sweep) takes: a deadlock, as those hold the hold this waits for below.
         invocation = (
-            Invocation.objects.select_for_update()
+            Invocation.objects.select_for_update(no_key=True)
             .filter(pk=invocation_id, status=Invocation.Status.DELIVERING, attempts=attempt)
             .first()
         )
         if invocation is None:
             return "stale"
-        run = Run.objects.select_for_update().select_related("capability").get(pk=invocation.run_id)
+        run = (
+            Run.objects.select_for_update(no_key=True, of=("self",))
+            .select_related("capability")
+            .get(pk=invocation.run_id)
+        )
         result = _apply_outcome(invocation, run, outcome)
         DeliveryAttempt.objects.create(
             invocation=invocation,

@@ -186,3 +186,18 @@ def test_an_answer_arriving_while_the_hold_is_decided_waits_and_releases_the_res
     assert errors == [None, None]
     resume = Invocation.objects.get(hold=hold)
     assert resume.status != "waiting"  # the answer saw the resume and released it
+
+
+def test_an_answer_arriving_while_the_sweep_expires_its_hold_waits_and_releases_the_resume(cap):
+    run = factories.start_run(cap)
+    invocation, _ = factories.deliver_now(run)
+    hold = services.hold_ask(invocation=invocation, body=factories.ask_body())
+    Hold.objects.filter(pk=hold.pk).update(expires_at=timezone.now() - dt.timedelta(seconds=1))
+    errors = overlap(
+        lambda: services.holds_expire_due(),
+        lambda: factories.answer(invocation, {"status": "suspended", "hold_id": hold.public_id}),
+    )
+    assert errors == [None, None]
+    hold.refresh_from_db()
+    assert hold.status == "expired"
+    assert Invocation.objects.get(hold=hold).status != "waiting"
