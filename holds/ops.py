@@ -231,8 +231,7 @@ def state() -> dict:
     """What is true now, without counting pending holds: the pending counters' rows (folded by
     beat to one per capability) and one index probe per capability for its oldest pending hold."""
     now = timezone.now()
-    oldest = Hold.objects.filter(status=Hold.Status.PENDING, capability=OuterRef("pk")).order_by("created_at")
-    capabilities = list(Capability.objects.annotate(oldest=Subquery(oldest.values("created_at")[:1])).order_by("name"))
+    capabilities = list(capabilities_with_oldest())
     counts = dict(PendingCount.objects.values_list("capability_id").annotate(n=Sum("delta")).order_by())
     pending = {
         c.pk: {"n": counts.get(c.pk, 0), "oldest": c.oldest}
@@ -240,6 +239,12 @@ def state() -> dict:
         if counts.get(c.pk, 0) or c.oldest is not None
     }
     return {"now": now, "capabilities": capabilities, "pending": pending}
+
+
+def capabilities_with_oldest():
+    """Capabilities by name, each with its oldest pending hold's created_at (index hold_pending_age)."""
+    oldest = Hold.objects.filter(status=Hold.Status.PENDING, capability=OuterRef("pk")).order_by("created_at")
+    return Capability.objects.annotate(oldest=Subquery(oldest.values("created_at")[:1])).order_by("name")
 
 
 def fold_pending() -> int:

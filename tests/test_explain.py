@@ -1,12 +1,12 @@
-"""The sweep, relay and token queries use their indexes, not a sequential scan, once there is enough data for the
+"""The sweep, relay, token and ops queries use their indexes, not a sequential scan, once there is enough data for the
 planner to care (PostgreSQL, 20,000 seeded holds). The queue and history queries are pinned the
 same way in test_view_queue.py."""
 
 import pytest
 from django.db import connection
 
-from holds import seeding, services
-from holds.auth import run_token_for
+from holds import ops, seeding, services
+from holds.auth import token_query
 from holds.models import Invocation
 
 pytestmark = [pytest.mark.django_db, pytest.mark.needs_postgres]
@@ -38,8 +38,12 @@ def test_the_relay_reads_due_invocations_through_the_outbox_index(seeded):
 
 def test_a_token_finds_its_invocation_by_primary_key(seeded):
     invocation = Invocation.objects.order_by("pk").first()
-    query = Invocation.objects.select_related("run", "run__capability").filter(
-        pk=run_token_for(invocation.id).removeprefix("tok_").partition(".")[0]
-    )
-    text = plan(query)
+    with connection.cursor() as cursor:
+        cursor.execute("EXPLAIN " + token_query()[0], [invocation.id])
+        text = "\n".join(row[0] for row in cursor.fetchall())
     assert "Index Scan using holds_invocation_" in text and "Seq Scan on holds_invocation" not in text, text
+
+
+def test_the_ops_page_finds_each_oldest_pending_hold_by_index(seeded):
+    text = plan(ops.capabilities_with_oldest())
+    assert "hold_pending_age" in text and "Seq Scan on holds_hold" not in text, text
