@@ -4,6 +4,7 @@ same way in test_view_queue.py."""
 
 import pytest
 from django.db import connection
+from django.utils import timezone
 
 from holds import ops, seeding, services
 from holds.auth import token_query
@@ -47,3 +48,9 @@ def test_a_token_finds_its_invocation_by_primary_key(seeded):
 def test_the_ops_page_finds_each_oldest_pending_hold_by_index(seeded):
     text = plan(ops.capabilities_with_oldest())
     assert "hold_pending_age" in text and "Seq Scan on holds_hold" not in text, text
+
+
+def test_the_ops_page_counts_holds_expiring_within_the_hour_by_index(seeded):
+    text = plan(ops.expiring_soon(timezone.now())[:10_000])
+    assert "hold_sweep_due" in text and "one_pending_hold_per_run" not in text, text
+    assert "Seq Scan on holds_hold" not in text, text
