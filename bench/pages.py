@@ -2,7 +2,8 @@
 
 Two scratch databases, seeded by seed_holds (about 10 % pending), and two identical gunicorn
 servers, one on each; requests alternate between them. Figures are p50 ratios big/small.
-Goal (issue 9): the queue page <= 1.3x. Also reported: the hold page with 100 items, history, ops.
+Goals: the queue page <= 1.3x (issue 9), the ops page the same (issue 7: it stays fast at
+1,000,000 holds). Also reported: the next queue page, the hold page with 100 items, history.
 """
 
 import os
@@ -160,7 +161,9 @@ def main():
         }
     ]
     for page, (small, big) in results.items():
-        goal = 1.3 if page == "queue" else None
+        # The queue's goal is issue 9's; the ops page is held to the same one, as issue 7's
+        # "stays fast with 1,000,000 holds".
+        goal = 1.3 if page in ("queue", "ops") else None
         ratio = big / small
         rows.append(
             {
