@@ -43,3 +43,13 @@ def test_a_token_finds_its_invocation_by_primary_key(seeded):
     )
     text = plan(query)
     assert "Index Scan using holds_invocation_" in text and "Seq Scan on holds_invocation" not in text, text
+
+
+def test_invocation_ids_have_no_pattern_index_that_nothing_reads():
+    # Each would cost the sweep and every decision an index write on a random page (migration 0007).
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT indexname FROM pg_indexes WHERE indexdef LIKE '%varchar_pattern_ops%' "
+            "AND tablename IN ('holds_invocation', 'holds_hold')"
+        )
+        assert cursor.fetchall() == []
