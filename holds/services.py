@@ -465,9 +465,9 @@ def holds_expire_batch(*, limit: int | None = None) -> list[Expired]:
         if not hold_ids:
             return []
         # The writes are a second statement, not part of the locking one: a statement reads with the
-        # snapshot it started with, and the askers' statuses must be read after the locks are held
-        # (an asker whose answer committed while this waited would otherwise look still in flight,
-        # and its resume would wait for an answer that has already come).
+        # snapshot it started with, and the askers' statuses must be read after the locks are held.
+        # An answer that committed between that start and the lock on its hold would otherwise look
+        # still in flight, and the resume would wait for an answer that has already come.
         if connection.vendor == "postgresql":
             expired = _expire_locked_sql(hold_ids)
         else:
