@@ -39,6 +39,27 @@ def run_token_hash(invocation_id: str) -> str:
     return sha256_hex(run_token_for(invocation_id))
 
 
+# run_token_hash(id) in PostgreSQL's own functions, for writes that create many invocations in one
+# statement (the sweep): HMAC-SHA256 spelt out as sha256(key^opad || sha256(key^ipad || id)), with
+# the two padded keys passed as parameters, then the token's base64url and its sha256. The key is
+# 32 bytes, shorter than SHA-256's 64-byte block, so it is zero-padded as HMAC does.
+# A test pins it against run_token_hash.
+RUN_TOKEN_HASH_SQL = (
+    "encode(sha256(convert_to('" + TOKEN_PREFIX + "' || {id} || '.' || rtrim(translate(encode("
+    "sha256(%(token_opad)s || sha256(%(token_ipad)s || convert_to({id}, 'UTF8'))), "
+    "'base64'), '+/', '-_'), '='), 'UTF8')), 'hex')"
+)
+
+
+def run_token_sql_params() -> dict[str, bytes]:
+    """The parameters of RUN_TOKEN_HASH_SQL: the token key padded and xored as HMAC does."""
+    key = _token_key().ljust(hashlib.sha256().block_size, b"\0")
+    return {
+        "token_ipad": bytes(b ^ 0x36 for b in key),
+        "token_opad": bytes(b ^ 0x5C for b in key),
+    }
+
+
 def new_service_key() -> tuple[str, str, str]:
     """A new key, its hash and a short prefix that identifies it in lists."""
     key = KEY_PREFIX + secrets.token_urlsafe(32)

@@ -28,7 +28,15 @@ from django.db.models.functions import Now
 from django.utils import timezone
 
 from . import notifications, outbox
-from .auth import SYSTEM, Actor, actor_for_invocation, may_decide, run_token_hash
+from .auth import (
+    RUN_TOKEN_HASH_SQL,
+    SYSTEM,
+    Actor,
+    actor_for_invocation,
+    may_decide,
+    run_token_hash,
+    run_token_sql_params,
+)
 from .errors import Conflict, Forbidden, Invalid, NotFound
 from .models import (
     AuditEvent,
@@ -484,57 +492,150 @@ def due_holds():
     return Hold.objects.filter(status=Hold.Status.PENDING, expires_at__lte=Now()).order_by("expires_at")
 
 
+@dataclass(frozen=True)
+class Expired:
+    """A hold that a sweep batch expired, and the resume it wrote for it."""
+
+    hold_id: int
+    capability_id: int
+    invocation_id: str
+    status: str  # of the resume: pending, or waiting while the asker is still answering
+
+
 def holds_expire_due(*, limit: int | None = None) -> int:
-    """One sweep batch: due pending holds become expired, each with its resume, in one step.
+    """One sweep batch; returns how many holds it expired (0: nothing is due)."""
+    return len(holds_expire_batch(limit=limit))
+
+
+def holds_expire_batch(*, limit: int | None = None) -> list[Expired]:
+    """One sweep batch: due pending holds become expired, each with its resume, in one transaction.
 
     Rows are claimed with FOR UPDATE SKIP LOCKED (where the database has it) and the UPDATE
     re-checks `pending`, so two sweepers or a sweeper and a person never both win a hold. A hold
     whose asker is recording its answer right now is locked by that answer, skipped, and swept
     next time; otherwise the answer waits for this commit and then sees the resume it must release.
+    Safe to run twice or concurrently: a hold that is no longer pending is neither locked nor written.
     """
     limit = limit or settings.RQ_SWEEP_BATCH
     with transaction.atomic():
         due = due_holds()
         if connection.features.has_select_for_update_skip_locked:
             due = due.select_for_update(skip_locked=True)
-        rows = list(due.values_list("pk", "run_id", "invocation_id", "expires_at", "capability_id")[:limit])
-        if not rows:
-            return 0
-        # Read after the lock, so an asker that answered meanwhile is seen as answered.
-        askers = {
-            pk: (seq, status)
-            for pk, seq, status in Invocation.objects.filter(pk__in=[row[2] for row in rows]).values_list(
-                "pk", "seq", "status"
-            )
-        }
-        Hold.objects.filter(pk__in=[row[0] for row in rows], status=Hold.Status.PENDING).update(
-            status=Hold.Status.EXPIRED, decided_at=timezone.now(), decided_by="expired"
+        hold_ids = list(due.values_list("pk", flat=True)[:limit])
+        if not hold_ids:
+            return []
+        # The writes are a second statement, not part of the locking one: a statement reads with the
+        # snapshot it started with, and the askers' statuses must be read after the locks are held.
+        # An answer that committed between that start and the lock on its hold would otherwise look
+        # still in flight, and the resume would wait for an answer that has already come.
+        if connection.vendor == "postgresql":
+            expired = _expire_locked_sql(hold_ids)
+        else:
+            expired = _expire_locked_orm(hold_ids)
+        due_now = [e.invocation_id for e in expired if e.status == Invocation.Status.PENDING]
+        if due_now:
+            transaction.on_commit(lambda: outbox.publish(due_now))
+    return expired
+
+
+def _expired_resume(hold_id: int) -> dict:
+    return {"hold_id": f"h_{hold_id}", "resolved_by": "expired", "items": [], "comment": None}
+
+
+def _expire_locked_orm(hold_ids: list[int]) -> list[Expired]:
+    """The sweep's writes through the ORM (SQLite, which `make run` uses). The holds are locked."""
+    rows = list(
+        Hold.objects.filter(pk__in=hold_ids, status=Hold.Status.PENDING)
+        .order_by("expires_at")
+        .values_list("pk", "run_id", "invocation_id", "expires_at", "capability_id")
+    )
+    askers = {
+        pk: (seq, status)
+        for pk, seq, status in Invocation.objects.filter(pk__in=[row[2] for row in rows]).values_list(
+            "pk", "seq", "status"
         )
-        invocations = [
-            _resume_invocation(
-                run_id=run_id,
-                hold_id=hold_pk,
-                asker=askers[asker_id],
-                resume={"hold_id": f"h_{hold_pk}", "resolved_by": "expired", "items": [], "comment": None},
-            )
-            for hold_pk, run_id, asker_id, _, _ in rows
-        ]
-        Invocation.objects.bulk_create(invocations)
-        AuditEvent.objects.bulk_create(
-            AuditEvent(
-                kind="hold.expired",
-                actor=SYSTEM.label,
-                run_id_ref=run_id,
-                hold_id_ref=hold_pk,
-                invocation_id_ref=inv.id,
-                data={"expires_at": expires_at.isoformat()},
-            )
-            for (hold_pk, run_id, _, expires_at, _), inv in zip(rows, invocations, strict=True)
+    }
+    now = timezone.now()
+    Hold.objects.filter(pk__in=[row[0] for row in rows], status=Hold.Status.PENDING).update(
+        status=Hold.Status.EXPIRED, decided_at=now, decided_by="expired"
+    )
+    invocations = [
+        _resume_invocation(run_id=run_id, hold_id=hold_pk, asker=askers[asker_id], resume=_expired_resume(hold_pk))
+        for hold_pk, run_id, asker_id, _, _ in rows
+    ]
+    Invocation.objects.bulk_create(invocations)
+    per_capability = Counter(row[4] for row in rows)
+    PendingCount.objects.bulk_create(PendingCount(capability_id=c, delta=-n) for c, n in per_capability.items())
+    AuditEvent.objects.bulk_create(
+        AuditEvent(
+            kind="hold.expired",
+            actor=SYSTEM.label,
+            run_id_ref=run_id,
+            hold_id_ref=hold_pk,
+            invocation_id_ref=inv.id,
+            data={"expires_at": expires_at.isoformat()},
         )
-        per_capability = Counter(row[4] for row in rows)
-        PendingCount.objects.bulk_create(PendingCount(capability_id=c, delta=-n) for c, n in per_capability.items())
-        _publish_on_commit(invocations)
-    return len(rows)
+        for (hold_pk, run_id, _, expires_at, _), inv in zip(rows, invocations, strict=True)
+    )
+    return [
+        Expired(hold_id=row[0], capability_id=row[4], invocation_id=inv.id, status=inv.status)
+        for row, inv in zip(rows, invocations, strict=True)
+    ]
+
+
+# The sweep's writes on PostgreSQL as one statement: the holds' UPDATE, their resume invocations,
+# their audit rows and the pending counters' -n per capability, which is what the ORM path writes,
+# row for row (a test compares the two). Doing it set-based removes 3,000 Python objects and two
+# round trips of 1,000 rows per batch.
+# - The invocation id is `inv_` and 24 random hex digits as new_invocation_id makes: the 12 bytes are
+#   the fully random bytes of two version-4 UUIDs (gen_random_uuid reads the strong random source).
+# - The token hash is auth.run_token_hash, spelt in SQL (auth.RUN_TOKEN_HASH_SQL).
+# - The resume text is json.dumps of _expired_resume; the audit's expires_at is datetime.isoformat.
+# `resumes` is MATERIALIZED so that each row's random id is drawn once and read by both INSERTs.
+EXPIRE_LOCKED_SQL = (
+    """
+WITH expired AS (
+    UPDATE holds_hold SET status = 'expired', decided_at = %(now)s, decided_by = 'expired'
+    WHERE id = ANY(%(hold_ids)s::bigint[]) AND status = 'pending'
+    RETURNING id, run_id, invocation_id, capability_id, expires_at
+), resumes AS MATERIALIZED (
+    SELECT e.id, e.run_id, e.capability_id, e.expires_at, asker.seq + 1 AS seq,
+           CASE WHEN asker.status IN ('pending', 'delivering') THEN 'waiting' ELSE 'pending' END AS status,
+           'inv_' || encode(substring(uuid_send(gen_random_uuid()) FROM 1 FOR 6)
+                            || substring(uuid_send(gen_random_uuid()) FROM 11 FOR 6), 'hex') AS invocation_id
+    FROM expired e JOIN holds_invocation asker ON asker.id = e.invocation_id
+), resume_rows AS (
+    INSERT INTO holds_invocation (id, run_id, kind, seq, status, token_hash, resume, hold_id, attempts,
+                                  next_attempt_at, last_error, created_at)
+    SELECT invocation_id, run_id, 'resume', seq, status, """
+    + RUN_TOKEN_HASH_SQL.format(id="invocation_id")
+    + """,
+           '{"hold_id": "h_' || id || '", "resolved_by": "expired", "items": [], "comment": null}',
+           id, 0, CASE WHEN status = 'pending' THEN %(now)s END, '', %(now)s
+    FROM resumes
+), audit_rows AS (
+    INSERT INTO holds_auditevent (at, actor, kind, run_id_ref, hold_id_ref, invocation_id_ref, data)
+    SELECT %(now)s, %(actor)s, 'hold.expired', run_id, id, invocation_id, jsonb_build_object('expires_at',
+           to_char(expires_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS')
+           || CASE WHEN extract(microseconds FROM expires_at) %% 1000000 = 0 THEN ''
+                   ELSE to_char(expires_at AT TIME ZONE 'UTC', '.US') END
+           || '+00:00')
+    FROM resumes
+), pending_counts AS (
+    INSERT INTO holds_pendingcount (capability_id, delta)
+    SELECT capability_id, -count(*) FROM expired GROUP BY capability_id
+)
+SELECT id, capability_id, invocation_id, status FROM resumes
+"""
+)
+
+
+def _expire_locked_sql(hold_ids: list[int]) -> list[Expired]:
+    """The sweep's writes on PostgreSQL, in one statement (EXPIRE_LOCKED_SQL). The holds are locked."""
+    params = {"hold_ids": hold_ids, "now": timezone.now(), "actor": SYSTEM.label, **run_token_sql_params()}
+    with connection.cursor() as cursor:
+        cursor.execute(EXPIRE_LOCKED_SQL, params)
+        return [Expired(*row) for row in cursor.fetchall()]
 
 
 # --- invocations (delivery) --------------------------------------------------------------------

@@ -54,3 +54,13 @@ def test_the_ops_page_counts_holds_expiring_within_the_hour_by_index(seeded):
     text = plan(ops.expiring_soon(timezone.now())[:10_000])
     assert "hold_sweep_due" in text and "one_pending_hold_per_run" not in text, text
     assert "Seq Scan on holds_hold" not in text, text
+
+
+def test_invocation_ids_have_no_pattern_index_that_nothing_reads():
+    # Each would cost the sweep and every decision an index write on a random page (migration 0008).
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT indexname FROM pg_indexes WHERE indexdef LIKE '%varchar_pattern_ops%' "
+            "AND tablename IN ('holds_invocation', 'holds_hold')"
+        )
+        assert cursor.fetchall() == []

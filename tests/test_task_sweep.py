@@ -1,13 +1,17 @@
 """The expiry sweep: due pending holds become expired, each with exactly one resume."""
 
 import datetime as dt
+import re
 
 import pytest
 from django.core.management import call_command
+from django.db import connection, transaction
+from django.db.models import Sum
 from django.utils import timezone
 
-from holds import services, tasks
-from holds.models import AuditEvent, Hold, Invocation
+from holds import outbox, services, tasks
+from holds.auth import run_token_hash
+from holds.models import AuditEvent, Hold, Invocation, PendingCount
 from tests import factories
 
 pytestmark = pytest.mark.django_db
@@ -72,3 +76,97 @@ def test_a_decided_hold_is_never_expired(cap, member_key, api):
     make_due(hold)
     assert tasks.sweep_expired() == 0
     assert Invocation.objects.filter(hold=hold).count() == 1
+
+
+def expire_locked(path, holds):
+    with transaction.atomic():
+        locked = Hold.objects.select_for_update().filter(pk__in=[h.pk for h in holds])
+        return path(list(locked.values_list("pk", flat=True)))
+
+
+def written_rows(hold):
+    """What expiring a hold wrote, without the parts that differ on every write (ids, clocks)."""
+    resume = Invocation.objects.get(hold=hold)
+    event = AuditEvent.objects.get(kind="hold.expired", hold_id_ref=hold.pk)
+    hold.refresh_from_db()
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT resume FROM holds_invocation WHERE id = %s", [resume.id])
+        # The text as stored, not only its value: agents get exactly these bytes.
+        resume_text = cursor.fetchone()[0].replace(hold.public_id, "h_?")
+    return (
+        (hold.status, hold.decided_by, hold.decided_at is not None),
+        {
+            field.attname: getattr(resume, field.attname)
+            for field in Invocation._meta.concrete_fields
+            if field.attname not in ("id", "token_hash", "run_id", "hold_id", "resume", "created_at", "next_attempt_at")
+        }
+        | {
+            "due": resume.next_attempt_at is not None,
+            "run_id": resume.run_id - hold.run_id,
+            "hold_id": resume.hold_id - hold.pk,
+            "resume": resume_text,
+        },
+        {
+            "actor": event.actor,
+            "kind": event.kind,
+            "run_id_ref": event.run_id_ref - hold.run_id,
+            "invocation_id_ref": event.invocation_id_ref == resume.id,
+            "data": event.data,
+        },
+    )
+
+
+def pending_count(cap) -> int:
+    return PendingCount.objects.filter(capability=cap).aggregate(n=Sum("delta"))["n"] or 0
+
+
+@pytest.mark.needs_postgres
+@pytest.mark.parametrize("microseconds", [0, 250_001])
+@pytest.mark.parametrize("answering", [False, True])
+def test_the_sql_sweep_writes_what_the_orm_sweep_writes(cap, microseconds, answering):
+    # One hold expired by each path, with the same expiry and the same asker status: the rows must
+    # be equal field for field, the audit's isoformat included (with and without microseconds).
+    expires_at = (timezone.now() - dt.timedelta(minutes=5)).replace(microsecond=microseconds)
+    pairs = []
+    for path in (services._expire_locked_orm, services._expire_locked_sql):
+        if answering:
+            run = factories.start_run(cap)
+            invocation, _ = factories.deliver_now(run)
+            hold = services.hold_ask(invocation=invocation, body=factories.ask_body())
+        else:
+            run, hold = factories.held_hold(cap)
+        Hold.objects.filter(pk=hold.pk).update(expires_at=expires_at)
+        pending_before = pending_count(cap)
+        (expired,) = expire_locked(path, [hold])
+        assert pending_count(cap) == pending_before - 1
+        resume = Invocation.objects.get(hold=hold)
+        assert expired == services.Expired(hold.pk, cap.pk, resume.id, resume.status)
+        assert resume.status == ("waiting" if answering else "pending")
+        pairs.append(written_rows(hold))
+    assert pairs[0] == pairs[1]
+    assert pairs[1][2]["data"] == {"expires_at": expires_at.isoformat()}
+
+
+@pytest.mark.needs_postgres
+def test_the_sql_sweep_gives_each_resume_a_fresh_id_and_its_run_token_hash(cap):
+    holds = [factories.held_hold(cap)[1] for _ in range(3)]
+    for hold in holds:
+        make_due(hold)
+    expire_locked(services._expire_locked_sql, holds)
+    resumes = list(Invocation.objects.filter(hold__in=holds))
+    assert len({r.id for r in resumes}) == 3
+    for resume in resumes:
+        assert re.fullmatch(r"inv_[0-9a-f]{24}", resume.id), resume.id
+        assert resume.token_hash == run_token_hash(resume.id)
+
+
+def test_it_publishes_the_due_resumes_after_commit(cap, django_capture_on_commit_callbacks, monkeypatch):
+    published = []
+    monkeypatch.setattr(outbox, "publish", published.extend)
+    holds = [factories.held_hold(cap)[1] for _ in range(2)]
+    for hold in holds:
+        make_due(hold)
+    with django_capture_on_commit_callbacks(execute=True) as callbacks:
+        assert services.holds_expire_due() == 2
+    assert len(callbacks) == 1
+    assert sorted(published) == sorted(Invocation.objects.filter(hold__in=holds).values_list("pk", flat=True))
