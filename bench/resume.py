@@ -84,10 +84,13 @@ def main():
             fast.wait_for([hop_id], 20)
         decision_ms, hop_ms = [], []
         for hold in held[5:]:
+            # The span is the decision itself and the way to the agent: nothing else runs in it (the
+            # receiver finds the resume by its hold id, so no query for the invocation id is timed).
             t0 = time.time()
-            inv_id = decide(hold)
-            assert fast.wait_for([inv_id], 20), "a resume did not arrive"
-            decision_ms.append((fast.arrivals[inv_id] - t0) * 1000)
+            services.hold_decide(hold_id=hold.pk, actor=decider, body=APPROVE)
+            arrived = fast.wait_for_hold(hold.public_id, 20)
+            assert arrived is not None, "a resume did not arrive"
+            decision_ms.append((arrived - t0) * 1000)
             hop_id = uuid.uuid4().hex
             t0 = time.time()
             hop.post.delay(fast.url + "/invoke", hop_id)
@@ -104,11 +107,12 @@ def main():
         def burst(share_hanging: float):
             procs.kill("worker1")
             procs.kill("worker2")
-            n_hanging = int(BURST * share_hanging)
-            holds = [factories.held_hold(hanging if i < n_hanging else cap)[1] for i in range(BURST)]
-            normal_ids = [decide(h) for h in holds[n_hanging:]]
-            for h in holds[:n_hanging]:
-                decide(h)
+            # Hanging agents are spread through the queue (every 10th with 10 %), as they would be in
+            # life: queued after all the others they would only be met once the others had drained.
+            every = round(1 / share_hanging) if share_hanging else 0
+            holds = [factories.held_hold(hanging if every and i % every == 0 else cap)[1] for i in range(BURST)]
+            ids = [decide(h) for h in holds]
+            normal_ids = [inv for i, inv in enumerate(ids) if not (every and i % every == 0)]
             workers()
             assert fast.wait_for(normal_ids, 600), "the burst did not drain"
             times = sorted(fast.arrivals[i] for i in normal_ids)
