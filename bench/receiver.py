@@ -10,7 +10,10 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 class Receiver:
     def __init__(self, hang_seconds: float = 0.0):
         self.arrivals: dict[str, float] = {}
-        self.lock = threading.Lock()
+        # The webhook-id of each resume by its hold id, so a caller can wait for a decision's resume
+        # without first reading its invocation id from the database.
+        self.by_hold: dict[str, str] = {}
+        self.arrived = threading.Condition()
         self.hang_seconds = hang_seconds
         receiver = self
 
@@ -22,10 +25,14 @@ class Receiver:
 
             def do_POST(self):
                 now = time.time()
-                self.rfile.read(int(self.headers.get("content-length", 0)))
+                body = self.rfile.read(int(self.headers.get("content-length", 0)))
                 key = self.headers.get("webhook-id", "")
-                with receiver.lock:
+                hold_id = (json.loads(body).get("resume") or {}).get("hold_id") if b'"resume"' in body else None
+                with receiver.arrived:
                     receiver.arrivals.setdefault(key, now)
+                    if hold_id:
+                        receiver.by_hold.setdefault(hold_id, key)
+                    receiver.arrived.notify_all()
                 if receiver.hang_seconds:
                     time.sleep(receiver.hang_seconds)
                 payload = json.dumps({"status": "completed", "output": {}}).encode()
@@ -44,13 +51,29 @@ class Receiver:
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
 
     def wait_for(self, keys, timeout: float) -> bool:
-        deadline = time.time() + timeout
-        while time.time() < deadline:
-            with self.lock:
-                if all(k in self.arrivals for k in keys):
+        """Waits until every key has arrived. One key: woken by its arrival. Many: checked every
+        20 ms against a shrinking set (the arrival times are taken by the handler either way)."""
+        missing = set(keys)
+        deadline = time.monotonic() + timeout
+        while True:
+            with self.arrived:
+                missing = {k for k in missing if k not in self.arrivals}
+                if not missing:
                     return True
-            time.sleep(0.002)
-        return False
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return False
+                if len(missing) == 1:
+                    (key,) = missing
+                    return self.arrived.wait_for(lambda key=key: key in self.arrivals, remaining)
+            time.sleep(min(remaining, 0.02))
+
+    def wait_for_hold(self, hold_id: str, timeout: float) -> float | None:
+        """When the resume of `hold_id` first arrived, or None."""
+        with self.arrived:
+            if self.arrived.wait_for(lambda: hold_id in self.by_hold, timeout):
+                return self.arrivals[self.by_hold[hold_id]]
+        return None
 
     def close(self):
         self.server.shutdown()

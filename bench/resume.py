@@ -5,7 +5,7 @@ same run (alternating), p50/p95/p99. Goal: decision p50 <= 3x the bare hop's p50
 Drain: 2,000 resumes queued at once, then 2 worker processes start; resumes per second from the
 first arrival to the last. Goal >= 250/s. Then again with 10 % of them going to an agent that hangs
 until its timeout: the others still drain at >= 80 % of the first rate.
-Real parts: PostgreSQL, a private Redis, `celery worker` processes (2 processes, 8 threads each).
+Real parts: PostgreSQL, a private Redis, `celery worker` processes (2 processes, RQ_BENCH_THREADS each).
 """
 
 import os
@@ -19,6 +19,10 @@ from bench.common import percentile, save, setup_django  # noqa: E402
 
 DECISIONS = int(os.environ.get("RQ_BENCH_DECISIONS", "300"))
 BURST = int(os.environ.get("RQ_BENCH_BURST", "2000"))
+# Threads per worker process. A delivery to a hanging agent holds its thread until the timeout, so
+# with 10 % hanging at 3 s and ~100 deliveries/s about 30 threads are waiting at any moment: the pool
+# must be larger than that for the others to keep their rate (each thread keeps one DB connection).
+THREADS = int(os.environ.get("RQ_BENCH_THREADS", "24"))
 APPROVE = {"items": [{"id": "INV-1", "action": "approve"}, {"id": "INV-2", "action": "approve"}]}
 
 
@@ -61,7 +65,7 @@ def main():
                         "--pool",
                         "threads",
                         "--concurrency",
-                        "8",
+                        str(THREADS),
                         "-n",
                         f"bench{n}@%h",
                     ],
@@ -84,10 +88,13 @@ def main():
             fast.wait_for([hop_id], 20)
         decision_ms, hop_ms = [], []
         for hold in held[5:]:
+            # The span is the decision itself and the way to the agent: nothing else runs in it (the
+            # receiver finds the resume by its hold id, so no query for the invocation id is timed).
             t0 = time.time()
-            inv_id = decide(hold)
-            assert fast.wait_for([inv_id], 20), "a resume did not arrive"
-            decision_ms.append((fast.arrivals[inv_id] - t0) * 1000)
+            services.hold_decide(hold_id=hold.pk, actor=decider, body=APPROVE)
+            arrived = fast.wait_for_hold(hold.public_id, 20)
+            assert arrived is not None, "a resume did not arrive"
+            decision_ms.append((arrived - t0) * 1000)
             hop_id = uuid.uuid4().hex
             t0 = time.time()
             hop.post.delay(fast.url + "/invoke", hop_id)
@@ -104,11 +111,12 @@ def main():
         def burst(share_hanging: float):
             procs.kill("worker1")
             procs.kill("worker2")
-            n_hanging = int(BURST * share_hanging)
-            holds = [factories.held_hold(hanging if i < n_hanging else cap)[1] for i in range(BURST)]
-            normal_ids = [decide(h) for h in holds[n_hanging:]]
-            for h in holds[:n_hanging]:
-                decide(h)
+            # Hanging agents are spread through the queue (every 10th with 10 %), as they would be in
+            # life: queued after all the others they would only be met once the others had drained.
+            every = round(1 / share_hanging) if share_hanging else 0
+            holds = [factories.held_hold(hanging if every and i % every == 0 else cap)[1] for i in range(BURST)]
+            ids = [decide(h) for h in holds]
+            normal_ids = [inv for i, inv in enumerate(ids) if not (every and i % every == 0)]
             workers()
             assert fast.wait_for(normal_ids, 600), "the burst did not drain"
             times = sorted(fast.arrivals[i] for i in normal_ids)
@@ -139,7 +147,7 @@ def main():
                 "ok": None,
             },
             {
-                "figure": f"burst of {BURST} resumes drains (2 worker processes × 8 threads)",
+                "figure": f"burst of {BURST} resumes drains (2 worker processes × {THREADS} threads)",
                 "goal": ">= 250/s",
                 "measured": f"{rate:.0f}/s",
                 "ok": rate >= 250,

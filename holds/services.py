@@ -27,7 +27,7 @@ from django.db.models import F, Q
 from django.db.models.functions import Now
 from django.utils import timezone
 
-from . import notifications, outbox
+from . import notifications, outbox, rows
 from .auth import (
     RUN_TOKEN_HASH_SQL,
     SYSTEM,
@@ -650,16 +650,82 @@ class Claim:
 def invocation_claim(*, invocation_id: str) -> Claim | None:
     """A worker claims a due invocation before it sends it (None: not due, or someone else has it).
 
-    The claim is a conditional UPDATE with a lease, so a worker that dies mid-send leaves a row
-    the relay hands out again once the lease ends; the agent sees the same webhook-id again.
+    The claim is one conditional UPDATE with a lease, so a worker that dies mid-send leaves a row
+    the relay hands out again once the lease ends; the agent sees the same webhook-id again. Two
+    workers racing for one row both run the UPDATE; PostgreSQL re-checks the WHERE clause of the
+    second against the first one's result, so only one of them gets a row back. The same statement
+    moves a held run on to its resume and returns what the send needs (run, capability), so a
+    claim is one round trip between BEGIN and COMMIT.
     """
+    if connection.vendor != "postgresql":
+        return _invocation_claim_orm(invocation_id=invocation_id)
     now = timezone.now()
     with transaction.atomic():
-        if connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
             # A claim lost in a database crash only means a second send with the same webhook-id,
             # which delivery is built for; not waiting for the disk halves the cost of a send.
-            with connection.cursor() as cursor:
-                cursor.execute("SET LOCAL synchronous_commit TO OFF")
+            # (One round trip: Django's client-side binding cursor sends both statements at once.)
+            cursor.execute(
+                "SET LOCAL synchronous_commit TO OFF; " + _CLAIM_SQL,
+                {"id": invocation_id, "now": now, "grace": float(settings.RQ_LEASE_GRACE)},
+            )
+            cursor.nextset()
+            row = cursor.fetchone()
+        if row is None:
+            return None
+        invocation, run, capability = rows.build(_CLAIM_COLUMNS, row)
+        run.capability = capability
+        invocation.run = run
+        moved = row[-1]
+        if invocation.status == Invocation.Status.PARKED:
+            return None
+        if moved:
+            # A run is held from its suspended answer until its resume is first sent; from then on
+            # the resume is the run's current invocation.
+            run.status, run.seq = Run.Status.RUNNING, invocation.seq
+        return Claim(invocation=invocation, attempt=invocation.attempts)
+
+
+# What a send reads, in the order _CLAIM_SQL returns it; any other field loads on first use.
+_CLAIM_COLUMNS = (
+    rows.Columns(
+        Invocation,
+        "i",
+        ["id", "run_id", "kind", "seq", "status", "resume", "hold_id", "attempts", "next_attempt_at", "lease_until"]
+        + ["first_sent_at"],
+    ),
+    rows.Columns(Run, "r", ["id", "capability_id", "version", "endpoint", "status", "seq", "input"]),
+    rows.Columns(Capability, "c", ["id", "name", "secret", "timeout_seconds", "endpoint_disabled_at"]),
+)
+_CLAIM_SQL = f"""
+WITH claimed AS (
+    UPDATE holds_invocation AS i
+    SET status = CASE WHEN c.endpoint_disabled_at IS NULL THEN 'delivering' ELSE 'parked' END,
+        lease_until = CASE WHEN c.endpoint_disabled_at IS NULL
+                           THEN %(now)s + make_interval(secs => c.timeout_seconds + %(grace)s) END,
+        attempts = i.attempts + CASE WHEN c.endpoint_disabled_at IS NULL THEN 1 ELSE 0 END,
+        first_sent_at = CASE WHEN c.endpoint_disabled_at IS NULL
+                             THEN COALESCE(i.first_sent_at, %(now)s) ELSE i.first_sent_at END
+    FROM holds_run AS r JOIN holds_capability AS c ON c.id = r.capability_id
+    WHERE i.id = %(id)s AND r.id = i.run_id
+      AND ((i.status = 'pending' AND i.next_attempt_at <= %(now)s)
+           OR (i.status = 'delivering' AND i.lease_until < %(now)s))
+    RETURNING {", ".join(c.select(named=True) for c in _CLAIM_COLUMNS)}
+), moved AS (
+    UPDATE holds_run AS r SET status = 'running', seq = claimed.i_seq
+    FROM claimed
+    WHERE r.id = claimed.i_run_id AND claimed.i_kind = 'resume' AND claimed.i_status = 'delivering'
+      AND r.status = 'held'
+    RETURNING r.id
+)
+SELECT claimed.*, EXISTS (SELECT 1 FROM moved) FROM claimed
+"""
+
+
+def _invocation_claim_orm(*, invocation_id: str) -> Claim | None:
+    """invocation_claim for databases other than PostgreSQL (development on SQLite)."""
+    now = timezone.now()
+    with transaction.atomic():
         invocation = (
             Invocation.objects.select_related("run", "run__capability")
             .filter(pk=invocation_id)
@@ -689,13 +755,10 @@ def invocation_claim(*, invocation_id: str) -> Claim | None:
         if won != 1:
             return None
         if invocation.kind == Invocation.Kind.RESUME and invocation.run.status == Run.Status.HELD:
-            # A run is held from its suspended answer until its resume is first sent; from then on
-            # the resume is the run's current invocation.
             Run.objects.filter(pk=invocation.run_id, status=Run.Status.HELD).update(
                 status=Run.Status.RUNNING, seq=invocation.seq
             )
             invocation.run.status, invocation.run.seq = Run.Status.RUNNING, invocation.seq
-        # What the UPDATE wrote, without reading the row back (its run and capability stay loaded).
         invocation.status, invocation.lease_until = Invocation.Status.DELIVERING, lease
         invocation.attempts += 1
         invocation.first_sent_at = invocation.first_sent_at or now
@@ -722,48 +785,120 @@ def invocation_record(*, invocation_id: str, attempt: int, outcome: Outcome) -> 
     ran out and whose row was handed to another) records nothing.
     """
     with transaction.atomic():
-        # NO KEY locks: nothing here changes a key, and a plain FOR UPDATE would also block the
-        # key-share lock that a commit inserting a row that refers to this run (a resume written by
-        # a decision or the sweep) takes: a deadlock, as those hold the hold this waits for below.
+        locked = _lock_claimed(invocation_id=invocation_id, attempt=attempt)
+        if locked is None:
+            return "stale"
+        invocation, run = locked
+        result = _apply_outcome(invocation, run, outcome)
+        _write_attempt(invocation=invocation, attempt=attempt, outcome=outcome, result=result)
+    return result
+
+
+# What recording an answer reads, in the order _LOCK_SQL returns it; any other field loads on use.
+_LOCK_COLUMNS = (
+    rows.Columns(
+        Invocation,
+        "i",
+        ["id", "run_id", "kind", "seq", "status", "hold_id", "attempts", "next_attempt_at", "lease_until"]
+        + ["answered_at", "answer", "last_error"],
+    ),
+    rows.Columns(
+        Run,
+        "r",
+        ["id", "capability_id", "version", "endpoint", "status", "seq", "error", "parent_id"] + ["finished_at"],
+    ),
+    rows.Columns(Capability, "c", ["id", "name", "output_schema", "timeout_seconds", "endpoint_disabled_at"]),
+)
+
+
+# The row lock on the invocation, then on its run, in one statement. NO KEY locks (no key changes): they
+# still order every writer of the run, but not a decision or sweep inserting the run's resume (whose
+# foreign key takes KEY SHARE on the run while it holds the hold's lock that this answer waits for).
+_LOCK_SQL = f"""
+SELECT {", ".join(c.select() for c in _LOCK_COLUMNS)}
+FROM holds_invocation AS i JOIN holds_run AS r ON r.id = i.run_id JOIN holds_capability AS c ON c.id = r.capability_id
+WHERE i.id = %(id)s AND i.status = 'delivering' AND i.attempts = %(attempt)s
+FOR NO KEY UPDATE OF i, r
+"""
+
+
+def _lock_claimed(*, invocation_id: str, attempt: int) -> tuple[Invocation, Run] | None:
+    """Locks a claimed invocation and its run for recording its answer; None: the claim is stale."""
+    if connection.vendor != "postgresql":
         invocation = (
             Invocation.objects.select_for_update(no_key=True)
             .filter(pk=invocation_id, status=Invocation.Status.DELIVERING, attempts=attempt)
             .first()
         )
         if invocation is None:
-            return "stale"
-        run = (
-            Run.objects.select_for_update(no_key=True, of=("self",))
-            .select_related("capability")
-            .get(pk=invocation.run_id)
-        )
-        result = _apply_outcome(invocation, run, outcome)
+            return None
+        run = Run.objects.select_for_update(no_key=True, of=("self",)).select_related("capability")
+        return invocation, run.get(pk=invocation.run_id)
+    with connection.cursor() as cursor:
+        cursor.execute(_LOCK_SQL, {"id": invocation_id, "attempt": attempt})
+        row = cursor.fetchone()
+    if row is None:
+        return None
+    invocation, run, capability = rows.build(_LOCK_COLUMNS, row)
+    run.capability = capability
+    invocation.run = run
+    return invocation, run
+
+
+_ATTEMPT_SQL = """
+WITH attempt AS (
+    INSERT INTO holds_deliveryattempt (invocation_id, number, started_at, latency_ms, status_code, outcome, error)
+    VALUES (%(invocation)s, %(attempt)s, %(started_at)s, %(latency_ms)s, %(status_code)s, %(result)s, %(error)s)
+)
+INSERT INTO holds_auditevent (at, actor, kind, run_id_ref, hold_id_ref, invocation_id_ref, data)
+VALUES (%(at)s, %(actor)s, 'invocation.attempt', %(run)s, NULL, %(invocation)s, %(data)s::jsonb)
+"""
+
+
+def _write_attempt(*, invocation: Invocation, attempt: int, outcome: Outcome, result: str) -> None:
+    """The attempt row and its audit event (one statement on PostgreSQL: they always go together)."""
+    started_at = outcome.started_at or timezone.now()
+    data = {
+        "attempt": attempt,
+        "status_code": outcome.status_code,
+        "result": result,
+        "error": (outcome.error or "")[:200],
+    }
+    if connection.vendor != "postgresql":
         DeliveryAttempt.objects.create(
             invocation=invocation,
             number=attempt,
-            started_at=outcome.started_at or timezone.now(),
+            started_at=started_at,
             latency_ms=outcome.latency_ms,
             status_code=outcome.status_code,
             outcome=result,
             error=(outcome.error or "")[:500],
         )
-        audit(
-            "invocation.attempt",
-            SYSTEM,
-            run_id=run.pk,
-            invocation_id=invocation.id,
-            attempt=attempt,
-            status_code=outcome.status_code,
-            result=result,
-            error=(outcome.error or "")[:200],
+        audit("invocation.attempt", SYSTEM, run_id=invocation.run_id, invocation_id=invocation.id, **data)
+        return
+    with connection.cursor() as cursor:
+        cursor.execute(
+            _ATTEMPT_SQL,
+            {
+                "invocation": invocation.id,
+                "attempt": attempt,
+                "started_at": started_at,
+                "latency_ms": outcome.latency_ms,
+                "status_code": outcome.status_code,
+                "result": result,
+                "error": (outcome.error or "")[:500],
+                "at": timezone.now(),
+                "actor": SYSTEM.label,
+                "run": invocation.run_id,
+                "data": json.dumps(data),
+            },
         )
-    return result
 
 
 def _apply_outcome(invocation: Invocation, run: Run, outcome: Outcome) -> str:
     # Locked: a decision or the sweep holds this lock while it creates a resume, so the answer
     # sees that resume (and releases it) rather than racing past it.
-    asked = Hold.objects.select_for_update().filter(invocation=invocation).order_by("-pk").first()
+    asked = _lock_asked(invocation)
     if outcome.kind == "answer":
         return _apply_answer(invocation, run, outcome.answer, asked)
     if outcome.kind == "gone":
@@ -800,6 +935,18 @@ def _apply_outcome(invocation: Invocation, run: Run, outcome: Outcome) -> str:
     return "retry"
 
 
+def _lock_asked(invocation: Invocation) -> Hold | None:
+    """The hold this invocation asked (its latest), locked; only its id is loaded."""
+    if connection.vendor != "postgresql":
+        return Hold.objects.select_for_update().filter(invocation=invocation).order_by("-pk").only("id").first()
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT id FROM holds_hold WHERE invocation_id = %s ORDER BY id DESC LIMIT 1 FOR UPDATE", [invocation.pk]
+        )
+        row = cursor.fetchone()
+    return Hold.from_db(connection.alias, ["id"], [row[0]]) if row else None
+
+
 def _set_invocation(invocation: Invocation, status: str, *, error: str = "", answer=None) -> None:
     invocation.status = status
     invocation.lease_until = None
@@ -807,7 +954,25 @@ def _set_invocation(invocation: Invocation, status: str, *, error: str = "", ans
     if answer is not None:
         invocation.answer = answer
         invocation.answered_at = timezone.now()
-    invocation.save(update_fields=["status", "lease_until", "last_error", "answer", "answered_at", "next_attempt_at"])
+    if connection.vendor != "postgresql":
+        invocation.save(
+            update_fields=["status", "lease_until", "last_error", "answer", "answered_at", "next_attempt_at"]
+        )
+        return
+    # The same UPDATE as save(update_fields=...), without building it through the ORM on every answer.
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "UPDATE holds_invocation SET status = %s, lease_until = NULL, last_error = %s, answer = %s,"
+            " answered_at = %s, next_attempt_at = %s WHERE id = %s",
+            [
+                invocation.status,
+                invocation.last_error,
+                Invocation._meta.get_field("answer").get_prep_value(invocation.answer),
+                invocation.answered_at,
+                invocation.next_attempt_at,
+                invocation.pk,
+            ],
+        )
 
 
 def _apply_answer(invocation: Invocation, run: Run, answer: dict, asked: Hold | None, note: str = "") -> str:

@@ -175,6 +175,10 @@ CELERY_TASK_REJECT_ON_WORKER_LOST = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_TASK_IGNORE_RESULT = True
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+# Celery's Django fixup closes the database connection before and after every task unless this is
+# set; a delivery then paid for a new PostgreSQL connection (more than the delivery itself costs).
+# reviewqueue/celery.py closes connections by DB_CONN_MAX_AGE instead, as Django does for requests.
+CELERY_DB_REUSE_MAX = 2**62
 CELERY_BEAT_SCHEDULE = {
     "relay-due-invocations": {"task": "holds.tasks.relay_due", "schedule": float(RQ_RELAY_INTERVAL)},
     "sweep-expired-holds": {"task": "holds.tasks.sweep_expired", "schedule": float(RQ_SWEEP_INTERVAL)},

@@ -125,6 +125,47 @@ def test_two_sweepers_expire_each_of_1000_holds_once(db):
     assert Invocation.objects.filter(kind="resume").count() == 1000
 
 
+def test_two_workers_claiming_one_resume_have_one_winner(cap, deciders):
+    for _ in range(TRIALS):
+        run, hold = factories.held_hold(cap)
+        services.hold_decide(hold_id=hold.pk, actor=deciders[0], body=APPROVE)
+        resume = Invocation.objects.get(hold=hold)
+
+        def claim(invocation_id=resume.id):
+            return services.invocation_claim(invocation_id=invocation_id)
+
+        results = race(claim, claim)
+        claims = [r for r in results if isinstance(r, services.Claim)]
+        assert len(claims) == 1 and results.count(None) == 1, results
+        assert claims[0].attempt == 1 and claims[0].invocation.run.status == "running"
+        resume.refresh_from_db()
+        run.refresh_from_db()
+        assert (resume.status, resume.attempts) == ("delivering", 1)
+        assert (run.status, run.seq) == ("running", resume.seq)
+
+
+def test_an_asker_answering_while_a_person_decides_releases_one_resume(cap, deciders):
+    """The resume is decided while its asker is still answering: whichever commits first, the resume
+    ends up pending exactly once (released by the answer, or pending at once), and neither fails."""
+    for _ in range(TRIALS):
+        run = factories.start_run(cap)
+        asker, _ = factories.deliver_now(run)
+        hold = services.hold_ask(invocation=asker, body=factories.ask_body())
+        suspended = services.Outcome(
+            kind="answer", answer={"status": "suspended", "hold_id": hold.public_id}, status_code=200
+        )
+
+        def answer(asker=asker, suspended=suspended):
+            return services.invocation_record(invocation_id=asker.id, attempt=asker.attempts, outcome=suspended)
+
+        results = race(answer, decide(deciders[0], hold, APPROVE))
+        assert results[0] == "answered" and isinstance(results[1], Hold), results
+        resume = Invocation.objects.get(hold=hold)
+        assert resume.status == "pending" and resume.next_attempt_at is not None
+        run.refresh_from_db()
+        assert run.status == "held"
+
+
 # --- lock order: a decision against an answer or a finishing run ---------------------------------
 
 

@@ -344,3 +344,18 @@ def test_run_fail_by_system_is_refused(acap):
     run = factories.start_run(acap)
     with pytest.raises(Forbidden):
         services.run_fail(run_id=run.pk, actor=SYSTEM, reason="x")
+
+
+def test_a_resume_delivery_costs_a_fixed_number_of_queries(agent, acap, django_assert_num_queries):
+    """Claim (savepoint, one UPDATE ... RETURNING, release) and record (savepoint, lock, asked hold,
+    invocation, the run's finish, attempt with its audit event, release): pinned so it cannot creep back."""
+    run, hold = factories.held_hold(acap)
+    services.hold_decide(
+        hold_id=hold.pk,
+        actor=actor_for_account(factories.account("bot", role="member")[0]),
+        body={"items": [{"id": "INV-1", "action": "approve"}, {"id": "INV-2", "action": "approve"}]},
+    )
+    resume = Invocation.objects.get(hold=hold)
+    with django_assert_num_queries(13):
+        assert delivery.deliver(resume.id) == "answered"
+    assert agent.requests[-1]["headers"]["webhook-id"] == resume.id
