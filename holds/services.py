@@ -381,8 +381,29 @@ def hold_refusal(hold: Hold) -> Conflict:
     )
 
 
-def _is_expired_now(hold: Hold) -> bool:
-    return Hold.objects.filter(pk=hold.pk, expires_at__lte=Now()).exists()
+_DECIDE_COLUMNS = None
+
+
+def _hold_to_decide(hold_id: int) -> Hold | None:
+    """The hold with its capability and run, in one hand-written join (holds/rows.py says why)."""
+    global _DECIDE_COLUMNS
+    if _DECIDE_COLUMNS is None:
+        columns = (rows.Columns(Hold, "h"), rows.Columns(Capability, "c"), rows.Columns(Run, "r"))
+        sql = (
+            f"SELECT {', '.join(c.select() for c in columns)} FROM {Hold._meta.db_table} h"
+            f" JOIN {Capability._meta.db_table} c ON c.id = h.capability_id"
+            f" JOIN {Run._meta.db_table} r ON r.id = h.run_id WHERE h.id = %s"
+        )
+        _DECIDE_COLUMNS = (sql, columns)
+    sql, columns = _DECIDE_COLUMNS
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [hold_id])
+        row = cursor.fetchone()
+    if row is None:
+        return None
+    hold, capability, run = rows.build(columns, row)
+    hold.capability, hold.run = capability, run
+    return hold
 
 
 def hold_decide(*, hold_id: int, actor: Actor, body, fingerprint: str | None = None) -> Hold:
@@ -392,7 +413,7 @@ def hold_decide(*, hold_id: int, actor: Actor, body, fingerprint: str | None = N
     now() against expires_at, in the transaction that writes the per-item decisions and the
     resume invocation. A second, replayed or concurrent decision updates 0 rows and gets 409.
     """
-    hold = Hold.objects.select_related("capability", "run", "invocation").filter(pk=hold_id).first()
+    hold = _hold_to_decide(hold_id)
     if hold is None:
         raise NotFound(f"hold h_{hold_id} does not exist")
     if actor.kind == "run":
@@ -401,7 +422,8 @@ def hold_decide(*, hold_id: int, actor: Actor, body, fingerprint: str | None = N
         raise Forbidden(f"your role may not decide holds of {hold.capability.name}")
     if hold.status != Hold.Status.PENDING:
         raise hold_refusal(hold)
-    if hold.expires_at and _is_expired_now(hold):
+    # The application's clock answers early; the conditional UPDATE below tests the database's.
+    if hold.expires_at and hold.expires_at <= timezone.now():
         raise hold_refusal(Hold(status=Hold.Status.EXPIRED, expires_at=hold.expires_at))
     if fingerprint is not None and fingerprint != hold.fingerprint:
         raise Conflict("this hold changed since it was shown; reload it", code="changed")
@@ -449,7 +471,7 @@ def hold_decide(*, hold_id: int, actor: Actor, body, fingerprint: str | None = N
                     "comment": item.comment,
                 }
             )
-        HoldItem.objects.bulk_update(items, ["action", "decided_data", "comment"])
+        _write_item_decisions(items)
         resume = {"hold_id": hold.public_id, "resolved_by": "human", "items": resume_items, "comment": comment}
         invocation = _create_resume(hold, resume)
         audit(
@@ -463,6 +485,27 @@ def hold_decide(*, hold_id: int, actor: Actor, body, fingerprint: str | None = N
         )
     hold.status, hold.decided_at, hold.decided_by, hold.comment = Hold.Status.DECIDED, now, actor.label, comment
     return hold
+
+
+def _write_item_decisions(items: list[HoldItem]) -> None:
+    """The per-item decisions. On PostgreSQL one UPDATE from arrays, whose text is the same for 1 and
+    100 items; the ORM's bulk_update builds a CASE per field and item, a quarter of a decision's CPU."""
+    if connection.vendor != "postgresql":
+        HoldItem.objects.bulk_update(items, ["action", "decided_data", "comment"])
+        return
+    decided = HoldItem._meta.get_field("decided_data")
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"UPDATE {HoldItem._meta.db_table} AS t SET action = v.action, decided_data = v.decided_data,"
+            " comment = v.comment FROM unnest(%s::bigint[], %s::text[], %s::text[], %s::text[])"
+            " AS v(id, action, decided_data, comment) WHERE t.id = v.id",
+            [
+                [item.pk for item in items],
+                [item.action for item in items],
+                [decided.get_prep_value(item.decided_data) for item in items],
+                [item.comment for item in items],
+            ],
+        )
 
 
 def _create_resume(hold: Hold, resume: dict) -> Invocation:
