@@ -12,7 +12,6 @@ import secrets
 from dataclasses import dataclass
 
 from django.conf import settings
-from django.db import connection
 
 from . import rows
 from .models import Capability, Invocation, Role, Run, ServiceAccount
@@ -125,34 +124,23 @@ def actor_for_invocation(invocation: Invocation) -> Actor:
     )
 
 
-_TOKEN_QUERY = None
+def _token_query() -> tuple:
+    columns = (rows.Columns(Invocation, "i"), rows.Columns(Run, "r"), rows.Columns(Capability, "c"))
+    sql = (
+        f"SELECT {', '.join(c.select() for c in columns)} FROM {Invocation._meta.db_table} i"
+        f" JOIN {Run._meta.db_table} r ON r.id = i.run_id"
+        f" JOIN {Capability._meta.db_table} c ON c.id = r.capability_id WHERE i.id = %s"
+    )
+    return sql, columns
+
+
+# Every agent request starts with this lookup, so it is written out once (holds/rows.py says why).
+TOKEN_QUERY = rows.Query(_token_query)
 
 
 def _invocation_with_run(invocation_id: str) -> Invocation | None:
-    """Every agent request starts here, so the join is written out once (holds/rows.py says why)."""
-    sql, columns = token_query()
-    with connection.cursor() as cursor:
-        cursor.execute(sql, [invocation_id])
-        row = cursor.fetchone()
-    if row is None:
-        return None
-    invocation, run, capability = rows.build(columns, row)
-    invocation.run, run.capability = run, capability
-    return invocation
-
-
-def token_query() -> tuple:
-    """The lookup's SQL (one placeholder: the invocation id) and its column sets."""
-    global _TOKEN_QUERY
-    if _TOKEN_QUERY is None:
-        columns = (rows.Columns(Invocation, "i"), rows.Columns(Run, "r"), rows.Columns(Capability, "c"))
-        sql = (
-            f"SELECT {', '.join(c.select() for c in columns)} FROM {Invocation._meta.db_table} i"
-            f" JOIN {Run._meta.db_table} r ON r.id = i.run_id"
-            f" JOIN {Capability._meta.db_table} c ON c.id = r.capability_id WHERE i.id = %s"
-        )
-        _TOKEN_QUERY = (sql, columns)
-    return _TOKEN_QUERY
+    found = TOKEN_QUERY.one([invocation_id])
+    return rows.with_run(*found)[0] if found else None
 
 
 def invocation_for_token(token: str) -> Invocation | None:

@@ -45,3 +45,31 @@ def build(columns, row) -> list:
         objects.append(part.build(row[at : at + len(part.fields)]))
         at += len(part.fields)
     return objects
+
+
+class Query:
+    """A hand-written SELECT of some Columns, put together on first use (the models' metadata and
+    the connection's quoting are ready by then) and run with one round trip."""
+
+    def __init__(self, make):
+        self._make, self._made = make, None
+
+    def parts(self) -> tuple:
+        """(sql, columns): the statement and the Columns its result rows hold, in order."""
+        if self._made is None:
+            self._made = self._make()
+        return self._made
+
+    def one(self, params) -> list | None:
+        """The row's instances, one per Columns, or None when no row matched."""
+        sql, columns = self.parts()
+        with connection.cursor() as cursor:
+            cursor.execute(sql, params)
+            row = cursor.fetchone()
+        return None if row is None else build(columns, row)
+
+
+def with_run(invocation, run, capability):
+    """Links an invocation to its run and the run to its capability, as select_related would."""
+    invocation.run, run.capability = run, capability
+    return invocation, run

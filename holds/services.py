@@ -381,28 +381,25 @@ def hold_refusal(hold: Hold) -> Conflict:
     )
 
 
-_DECIDE_COLUMNS = None
+def _decide_query() -> tuple:
+    columns = (rows.Columns(Hold, "h"), rows.Columns(Capability, "c"), rows.Columns(Run, "r"))
+    sql = (
+        f"SELECT {', '.join(c.select() for c in columns)} FROM {Hold._meta.db_table} h"
+        f" JOIN {Capability._meta.db_table} c ON c.id = h.capability_id"
+        f" JOIN {Run._meta.db_table} r ON r.id = h.run_id WHERE h.id = %s"
+    )
+    return sql, columns
+
+
+# The hold a decision starts from, with its capability and run (holds/rows.py says why by hand).
+DECIDE_QUERY = rows.Query(_decide_query)
 
 
 def _hold_to_decide(hold_id: int) -> Hold | None:
-    """The hold with its capability and run, in one hand-written join (holds/rows.py says why)."""
-    global _DECIDE_COLUMNS
-    if _DECIDE_COLUMNS is None:
-        columns = (rows.Columns(Hold, "h"), rows.Columns(Capability, "c"), rows.Columns(Run, "r"))
-        sql = (
-            f"SELECT {', '.join(c.select() for c in columns)} FROM {Hold._meta.db_table} h"
-            f" JOIN {Capability._meta.db_table} c ON c.id = h.capability_id"
-            f" JOIN {Run._meta.db_table} r ON r.id = h.run_id WHERE h.id = %s"
-        )
-        _DECIDE_COLUMNS = (sql, columns)
-    sql, columns = _DECIDE_COLUMNS
-    with connection.cursor() as cursor:
-        cursor.execute(sql, [hold_id])
-        row = cursor.fetchone()
-    if row is None:
+    found = DECIDE_QUERY.one([hold_id])
+    if found is None:
         return None
-    hold, capability, run = rows.build(columns, row)
-    hold.capability, hold.run = capability, run
+    hold, hold.capability, hold.run = found
     return hold
 
 
@@ -716,9 +713,7 @@ def invocation_claim(*, invocation_id: str) -> Claim | None:
             row = cursor.fetchone()
         if row is None:
             return None
-        invocation, run, capability = rows.build(_CLAIM_COLUMNS, row)
-        run.capability = capability
-        invocation.run = run
+        invocation, run = rows.with_run(*rows.build(_CLAIM_COLUMNS, row))
         moved = row[-1]
         if invocation.status == Invocation.Status.PARKED:
             return None
@@ -882,10 +877,7 @@ def _lock_claimed(*, invocation_id: str, attempt: int) -> tuple[Invocation, Run]
         row = cursor.fetchone()
     if row is None:
         return None
-    invocation, run, capability = rows.build(_LOCK_COLUMNS, row)
-    run.capability = capability
-    invocation.run = run
-    return invocation, run
+    return rows.with_run(*rows.build(_LOCK_COLUMNS, row))
 
 
 _ATTEMPT_SQL = """

@@ -7,7 +7,7 @@ from django.db import connection
 from django.utils import timezone
 
 from holds import ops, seeding, services
-from holds.auth import token_query
+from holds.auth import TOKEN_QUERY
 from holds.models import Invocation
 
 pytestmark = [pytest.mark.django_db, pytest.mark.needs_postgres]
@@ -40,7 +40,7 @@ def test_the_relay_reads_due_invocations_through_the_outbox_index(seeded):
 def test_a_token_finds_its_invocation_by_primary_key(seeded):
     invocation = Invocation.objects.order_by("pk").first()
     with connection.cursor() as cursor:
-        cursor.execute("EXPLAIN " + token_query()[0], [invocation.id])
+        cursor.execute("EXPLAIN " + TOKEN_QUERY.parts()[0], [invocation.id])
         text = "\n".join(row[0] for row in cursor.fetchall())
     assert "Index Scan using holds_invocation_" in text and "Seq Scan on holds_invocation" not in text, text
 
