@@ -51,8 +51,10 @@ def sign(secret: str, msg_id: str, timestamp: int, body: bytes) -> str:
     return "v1," + base64.b64encode(digest).decode()
 
 
-def classify(response: httpx.Response | None, error: str, latency_ms: int, started_at) -> services.Outcome:
-    common = {"latency_ms": latency_ms, "started_at": started_at}
+def classify(
+    response: httpx.Response | None, error: str, latency_ms: int, started_at, *, timed_out: bool = False
+) -> services.Outcome:
+    common = {"latency_ms": latency_ms, "started_at": started_at, "timed_out": timed_out}
     if response is None:
         return services.Outcome(kind="retry", error=error, **common)
     code = response.status_code
@@ -149,6 +151,10 @@ def deliver(invocation_id: str, *, client: httpx.Client | None = None) -> str:
         return "not-due"
     invocation = claim.invocation
     capability = invocation.run.capability
+    if capability.endpoint_stalled_at is not None and not services.endpoint_take_probe(capability=capability):
+        # The endpoint let an attempt time out and another delivery is trying it: waiting in the
+        # database costs nothing, waiting here would hold a worker thread for the whole timeout.
+        return services.invocation_defer(invocation_id=invocation.id, attempt=claim.attempt)
     body = json.dumps(invocation_body(invocation), separators=(",", ":")).encode()
     timestamp = int(time.time())
     headers = {
@@ -161,13 +167,13 @@ def deliver(invocation_id: str, *, client: httpx.Client | None = None) -> str:
     url = invocation.run.endpoint.rstrip("/") + "/invoke"
     started_at = timezone.now()
     start = time.monotonic()
-    response, error = None, ""
+    response, error, timed_out = None, "", False
     try:
         response = post_within(client, url, body, headers, capability.timeout_seconds)
     except httpx.TimeoutException:
-        error = f"no answer within {capability.timeout_seconds:g}s"
+        error, timed_out = f"no answer within {capability.timeout_seconds:g}s", True
     except httpx.HTTPError as exc:
         error = f"{type(exc).__name__}: {exc}"[:ERROR_EXCERPT]
     latency_ms = int((time.monotonic() - start) * 1000)
-    outcome = classify(response, error, latency_ms, started_at)
+    outcome = classify(response, error, latency_ms, started_at, timed_out=timed_out)
     return services.invocation_record(invocation_id=invocation.id, attempt=claim.attempt, outcome=outcome)

@@ -85,6 +85,11 @@ class Capability(models.Model):
     from_file = models.JSONField(default=list, blank=True)
     # Set when the agent answered 410 Gone: nothing is sent until an admin enables it again.
     endpoint_disabled_at = models.DateTimeField(null=True, blank=True)
+    # Set when an attempt got no answer within the timeout, cleared by the next answer of any kind.
+    # Meanwhile one delivery at a time tries the endpoint (the probe, leased until probe_until) and
+    # the others wait in the database instead of each holding a worker thread for the whole timeout.
+    endpoint_stalled_at = models.DateTimeField(null=True, blank=True)
+    endpoint_probe_until = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 

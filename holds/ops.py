@@ -565,6 +565,7 @@ def ops_context(actor) -> dict:
         for c in live["capabilities"]
         if c.endpoint_disabled_at is not None
     ]
+    stalled = [c for c in live["capabilities"] if c.endpoint_stalled_at is not None and c.endpoint_disabled_at is None]
     hours = hourly(floor_hour(now) - 7 * 24 * HOUR)
     return {
         "now": now,
@@ -576,6 +577,7 @@ def ops_context(actor) -> dict:
         "undeliverable": undeliverable,
         "undeliverable_count": stuck[:COUNT_CAP].count(),
         "disabled": disabled,
+        "stalled": stalled,
         "day": _summary(_window(hours, now - 24 * HOUR)),
         "week": _summary(_window(hours, now - 7 * 24 * HOUR)),
         "chart": chart(hours, now),

@@ -23,8 +23,8 @@ from datetime import timedelta
 import jsonschema
 from django.conf import settings
 from django.db import IntegrityError, connection, transaction
-from django.db.models import F, Q
-from django.db.models.functions import Now
+from django.db.models import Case, F, Q, When
+from django.db.models.functions import Coalesce, Now
 from django.utils import timezone
 
 from . import notifications, outbox, rows
@@ -452,7 +452,6 @@ def hold_decide(*, hold_id: int, actor: Actor, body, fingerprint: str | None = N
             if fresh.status == Hold.Status.PENDING:
                 fresh.status = Hold.Status.EXPIRED
             raise hold_refusal(fresh)
-        PendingCount.objects.create(capability_id=hold.capability_id, delta=-1)
         resume_items = []
         for item in items:
             choice = by_id[item.item_id]
@@ -468,49 +467,74 @@ def hold_decide(*, hold_id: int, actor: Actor, body, fingerprint: str | None = N
                     "comment": item.comment,
                 }
             )
-        _write_item_decisions(items)
         resume = {"hold_id": hold.public_id, "resolved_by": "human", "items": resume_items, "comment": comment}
-        invocation = _create_resume(hold, resume)
-        audit(
-            "hold.decided",
-            actor,
-            run_id=hold.run_id,
-            hold_id=hold.pk,
-            invocation_id=invocation.id,
-            actions={i["id"]: i["action"] for i in resume_items},
-            comment=comment,
+        event = AuditEvent(
+            kind="hold.decided",
+            actor=actor.label,
+            run_id_ref=hold.run_id,
+            hold_id_ref=hold.pk,
+            data={"actions": {i["id"]: i["action"] for i in resume_items}, "comment": comment},
         )
+        _publish_on_commit([_write_decision(hold, items, resume, event)])
     hold.status, hold.decided_at, hold.decided_by, hold.comment = Hold.Status.DECIDED, now, actor.label, comment
     return hold
 
 
-def _write_item_decisions(items: list[HoldItem]) -> None:
-    """The per-item decisions. On PostgreSQL one UPDATE from arrays, whose text is the same for 1 and
-    100 items; the ORM's bulk_update builds a CASE per field and item, a quarter of a decision's CPU."""
+def _write_decision(hold: Hold, items: list[HoldItem], resume: dict, event: AuditEvent) -> Invocation:
+    """Everything a decision writes once it has won the hold: the per-item decisions, the -1 pending
+    count, the resume invocation (returned) and the audit event.
+
+    The resume's seq and status come from its asker, read here, after the hold's row lock was
+    taken (by an earlier statement, so this one's snapshot is newer): an asker that has answered
+    is seen as such. On PostgreSQL this is one statement, whose text is the same for 1 and 100
+    items (the items go in as one array per column); the ORM needs six round trips and builds a
+    CASE per field and item for the items.
+    """
     if connection.vendor != "postgresql":
         HoldItem.objects.bulk_update(items, ["action", "decided_data", "comment"])
-        return
+        PendingCount.objects.create(capability_id=hold.capability_id, delta=-1)
+        asker = Invocation.objects.filter(pk=hold.invocation_id).values_list("seq", "status").get()
+        invocation = _resume_invocation(run_id=hold.run_id, hold_id=hold.pk, asker=asker, resume=resume)
+        invocation.save(force_insert=True)
+        event.invocation_id_ref = invocation.id
+        event.save(force_insert=True)
+        return invocation
+    # seq, status and next_attempt_at are placeholders here: the statement sets them from the asker.
+    invocation = _resume_invocation(run_id=hold.run_id, hold_id=hold.pk, asker=(0, ""), resume=resume)
+    event.invocation_id_ref = invocation.id
     decided = HoldItem._meta.get_field("decided_data")
+    params = [
+        hold.capability_id,
+        [item.pk for item in items],
+        [item.action for item in items],
+        [decided.get_prep_value(item.decided_data) for item in items],
+        [item.comment for item in items],
+        hold.invocation_id,
+    ]
+    invocation_columns, values = _insert_values(invocation, skip=("seq", "status", "next_attempt_at"))
+    params += [*values, timezone.now(), [str(status) for status in LIVE_INVOCATION]]
+    event_columns, values = _insert_values(event)
+    params += values
+    sql = (
+        f"WITH p AS (INSERT INTO {PendingCount._meta.db_table} (capability_id, delta) VALUES (%s, -1)),"
+        f" t AS (UPDATE {HoldItem._meta.db_table} AS t SET action = v.action, decided_data = v.decided_data,"
+        " comment = v.comment FROM unnest(%s::bigint[], %s::text[], %s::text[], %s::text[])"
+        " AS v(id, action, decided_data, comment) WHERE t.id = v.id),"
+        f" asker AS (SELECT seq, status FROM {Invocation._meta.db_table} WHERE id = %s),"
+        f" r AS (INSERT INTO {Invocation._meta.db_table}"
+        f" ({', '.join(invocation_columns)}, seq, status, next_attempt_at)"
+        f" SELECT {', '.join(['%s'] * len(invocation_columns))}, asker.seq + 1, w.status,"
+        " CASE WHEN w.status = 'pending' THEN %s::timestamptz END FROM asker,"
+        " LATERAL (SELECT CASE WHEN asker.status = ANY(%s) THEN 'waiting' ELSE 'pending' END AS status) AS w"
+        " RETURNING seq, status, next_attempt_at),"
+        f" a AS (INSERT INTO {AuditEvent._meta.db_table} ({', '.join(event_columns)})"
+        f" VALUES ({', '.join(['%s'] * len(event_columns))}))"
+        " SELECT seq, status, next_attempt_at FROM r"
+    )
     with connection.cursor() as cursor:
-        cursor.execute(
-            f"UPDATE {HoldItem._meta.db_table} AS t SET action = v.action, decided_data = v.decided_data,"
-            " comment = v.comment FROM unnest(%s::bigint[], %s::text[], %s::text[], %s::text[])"
-            " AS v(id, action, decided_data, comment) WHERE t.id = v.id",
-            [
-                [item.pk for item in items],
-                [item.action for item in items],
-                [decided.get_prep_value(item.decided_data) for item in items],
-                [item.comment for item in items],
-            ],
-        )
-
-
-def _create_resume(hold: Hold, resume: dict) -> Invocation:
-    # Read after the hold's row lock was taken, so an asker that has answered is seen as such.
-    asker = Invocation.objects.filter(pk=hold.invocation_id).values_list("seq", "status").get()
-    invocation = _resume_invocation(run_id=hold.run_id, hold_id=hold.pk, asker=asker, resume=resume)
-    invocation.save(force_insert=True)
-    _publish_on_commit([invocation])
+        cursor.execute(sql, params)
+        invocation.seq, invocation.status, invocation.next_attempt_at = cursor.fetchone()
+    invocation._state.adding = False
     return invocation
 
 
@@ -733,7 +757,9 @@ _CLAIM_COLUMNS = (
         + ["first_sent_at"],
     ),
     rows.Columns(Run, "r", ["id", "capability_id", "version", "endpoint", "status", "seq", "input"]),
-    rows.Columns(Capability, "c", ["id", "name", "secret", "timeout_seconds", "endpoint_disabled_at"]),
+    rows.Columns(
+        Capability, "c", ["id", "name", "secret", "timeout_seconds", "endpoint_disabled_at", "endpoint_stalled_at"]
+    ),
 )
 _CLAIM_SQL = f"""
 WITH claimed AS (
@@ -814,6 +840,7 @@ class Outcome:
     retry_after: float | None = None
     latency_ms: int = 0
     started_at: object = None
+    timed_out: bool = False  # no answer within the capability's timeout: the endpoint is stalled
 
 
 def invocation_record(*, invocation_id: str, attempt: int, outcome: Outcome) -> str:
@@ -829,7 +856,67 @@ def invocation_record(*, invocation_id: str, attempt: int, outcome: Outcome) -> 
         invocation, run = locked
         result = _apply_outcome(invocation, run, outcome)
         _write_attempt(invocation=invocation, attempt=attempt, outcome=outcome, result=result)
+        _note_stall(run, invocation, outcome)
     return result
+
+
+def _note_stall(run: Run, invocation: Invocation, outcome: Outcome) -> None:
+    """A timeout stalls the endpoint; any HTTP answer (even an error) shows it answers again."""
+    capability = run.capability
+    if outcome.timed_out:
+        # probe_until is freed too: the probe (if this was it) is over, the next delivery may try.
+        stalled = Capability.objects.filter(pk=capability.pk).update(
+            endpoint_stalled_at=Coalesce(F("endpoint_stalled_at"), timezone.now()), endpoint_probe_until=None
+        )
+        if stalled and capability.endpoint_stalled_at is None:
+            audit(
+                "capability.endpoint_stalled",
+                SYSTEM,
+                run_id=run.pk,
+                invocation_id=invocation.id,
+                capability=capability.name,
+                reason=outcome.error,
+            )
+    elif outcome.status_code is not None and capability.endpoint_stalled_at is not None:
+        cleared = Capability.objects.filter(pk=capability.pk, endpoint_stalled_at__isnull=False).update(
+            endpoint_stalled_at=None, endpoint_probe_until=None
+        )
+        if cleared:
+            audit(
+                "capability.endpoint_answering",
+                SYSTEM,
+                run_id=run.pk,
+                invocation_id=invocation.id,
+                capability=capability.name,
+            )
+
+
+def endpoint_take_probe(*, capability: Capability) -> bool:
+    """While an endpoint is stalled, one delivery at a time may try it. True: this one may send
+    (it holds the probe for its timeout and lease grace, or the endpoint is no longer stalled)."""
+    now = timezone.now()
+    lease = now + timedelta(seconds=capability.timeout_seconds + settings.RQ_LEASE_GRACE)
+    taken = Capability.objects.filter(
+        Q(endpoint_probe_until__isnull=True) | Q(endpoint_probe_until__lt=now), pk=capability.pk
+    ).update(endpoint_probe_until=lease)
+    return bool(taken) or not Capability.objects.filter(pk=capability.pk, endpoint_stalled_at__isnull=False).exists()
+
+
+def invocation_defer(*, invocation_id: str, attempt: int) -> str:
+    """Hands a claimed, unsent invocation back to wait while its endpoint is stalled: no attempt is
+    counted (nothing was sent), and the relay hands it out again after RQ_STALLED_WAIT (jittered, so
+    the waiting deliveries do not all come back at once)."""
+    wait = settings.RQ_STALLED_WAIT * random.uniform(0.8, 1.2)
+    Invocation.objects.filter(pk=invocation_id, status=Invocation.Status.DELIVERING, attempts=attempt).update(
+        status=Invocation.Status.PENDING,
+        attempts=F("attempts") - 1,
+        # It was never sent if this claim was its first.
+        first_sent_at=Case(When(attempts=1, then=None), default=F("first_sent_at")),
+        lease_until=None,
+        next_attempt_at=timezone.now() + timedelta(seconds=wait),
+        last_error="waiting: the endpoint gave no answer within its timeout; another delivery is trying it",
+    )
+    return "waiting"
 
 
 # What recording an answer reads, in the order _LOCK_SQL returns it; any other field loads on use.
@@ -845,7 +932,11 @@ _LOCK_COLUMNS = (
         "r",
         ["id", "capability_id", "version", "endpoint", "status", "seq", "error", "parent_id"] + ["finished_at"],
     ),
-    rows.Columns(Capability, "c", ["id", "name", "output_schema", "timeout_seconds", "endpoint_disabled_at"]),
+    rows.Columns(
+        Capability,
+        "c",
+        ["id", "name", "output_schema", "timeout_seconds", "endpoint_disabled_at", "endpoint_stalled_at"],
+    ),
 )
 
 

@@ -71,6 +71,8 @@ RQ_SWEEP_BATCH = env_int("RQ_SWEEP_BATCH", 1000)
 RQ_BENCH_VIEWS = env_bool("RQ_BENCH_VIEWS", False)
 # A worker's claim on an invocation lasts its timeout plus this; then the relay hands it out again.
 RQ_LEASE_GRACE = env_int("RQ_LEASE_GRACE", 30)
+# While an endpoint is stalled (an attempt timed out), deliveries other than the probe wait this long.
+RQ_STALLED_WAIT = env_int("RQ_STALLED_WAIT", 30)
 RQ_CONFIDENCE_AMBER = 0.8
 RQ_CONFIDENCE_RED = 0.5
 # /metrics answers only `Authorization: Bearer <RQ_METRICS_TOKEN>`; unset, /metrics is off (404).

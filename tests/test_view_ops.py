@@ -131,6 +131,18 @@ def test_it_enables_a_disabled_endpoint(client, admin_user, settings, robot):
     assert client.get("/ops").context["disabled"] == []
 
 
+def test_it_shows_a_stalled_endpoint(client, member, robot):
+    cap = factories.capability()
+    other = factories.capability(name="send_email")
+    client.force_login(member)
+    assert client.get("/ops").context["stalled"] == []
+    Capability.objects.filter(pk=cap.pk).update(endpoint_stalled_at=timezone.now() - dt.timedelta(minutes=3))
+    response = client.get("/ops")
+    assert [c.pk for c in response.context["stalled"]] == [cap.pk] and other.pk != cap.pk
+    page = response.content.decode()
+    assert "Stalled endpoints" in page and "3m ago" in page
+
+
 def test_it_shows_time_to_decision_percentiles(client, admin_user, robot):
     cap = factories.capability()
     for minutes in (5, 10, 50):
