@@ -382,25 +382,37 @@ def hold_refusal(hold: Hold) -> Conflict:
 
 
 def _decide_query() -> tuple:
-    columns = (rows.Columns(Hold, "h"), rows.Columns(Capability, "c"), rows.Columns(Run, "r"))
+    columns = (
+        rows.Columns(Hold, "h"),
+        rows.Columns(Capability, "c"),
+        rows.Columns(Run, "r"),
+        rows.Columns(HoldItem, "i"),
+    )
     sql = (
         f"SELECT {', '.join(c.select() for c in columns)} FROM {Hold._meta.db_table} h"
         f" JOIN {Capability._meta.db_table} c ON c.id = h.capability_id"
-        f" JOIN {Run._meta.db_table} r ON r.id = h.run_id WHERE h.id = %s"
+        f" JOIN {Run._meta.db_table} r ON r.id = h.run_id"
+        f" LEFT JOIN {HoldItem._meta.db_table} i ON i.hold_id = h.id WHERE h.id = %s ORDER BY i.position"
     )
     return sql, columns
 
 
-# The hold a decision starts from, with its capability and run (holds/rows.py says why by hand).
+# The hold a decision starts from, with its capability, run and items, one row per item (holds/rows.py
+# says why by hand; one round trip where the ORM needs two).
 DECIDE_QUERY = rows.Query(_decide_query)
 
 
-def _hold_to_decide(hold_id: int) -> Hold | None:
-    found = DECIDE_QUERY.one([hold_id])
-    if found is None:
-        return None
-    hold, hold.capability, hold.run = found
-    return hold
+def _hold_to_decide(hold_id: int) -> tuple[Hold | None, list[HoldItem]]:
+    sql, columns = DECIDE_QUERY.parts()
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [hold_id])
+        found = cursor.fetchall()
+    if not found:
+        return None, []
+    *head, item_columns = columns
+    hold, hold.capability, hold.run = rows.build(head, found[0])
+    at = sum(len(part.fields) for part in head)  # where each row's item columns start
+    return hold, [item_columns.build(row[at:]) for row in found if row[at] is not None]
 
 
 def hold_decide(*, hold_id: int, actor: Actor, body, fingerprint: str | None = None) -> Hold:
@@ -410,7 +422,7 @@ def hold_decide(*, hold_id: int, actor: Actor, body, fingerprint: str | None = N
     now() against expires_at, in the transaction that writes the per-item decisions and the
     resume invocation. A second, replayed or concurrent decision updates 0 rows and gets 409.
     """
-    hold = _hold_to_decide(hold_id)
+    hold, items = _hold_to_decide(hold_id)
     if hold is None:
         raise NotFound(f"hold h_{hold_id} does not exist")
     if actor.kind == "run":
@@ -424,7 +436,6 @@ def hold_decide(*, hold_id: int, actor: Actor, body, fingerprint: str | None = N
         raise hold_refusal(Hold(status=Hold.Status.EXPIRED, expires_at=hold.expires_at))
     if fingerprint is not None and fingerprint != hold.fingerprint:
         raise Conflict("this hold changed since it was shown; reload it", code="changed")
-    items = list(HoldItem.objects.filter(hold=hold).order_by("position"))
     decision, errors = validate_decision(
         body, asked={item.item_id: item.data for item in items}, actions=list(hold.actions)
     )
