@@ -56,6 +56,24 @@ def test_it_finds_no_accessibility_violations_on_queue_hold_and_history(axe_sess
     assert violations(page) == [], "last look"
 
 
+def test_it_finds_no_accessibility_violations_on_the_ops_page(axe_session, cap):
+    import datetime as dt
+
+    from django.utils import timezone
+
+    from holds.models import Capability
+
+    factories.held_hold(cap, factories.ask_body(n_items=2, expires_in=1800))
+    factories.capability(name="send_email")
+    Capability.objects.filter(pk=cap.pk).update(endpoint_stalled_at=timezone.now() - dt.timedelta(minutes=4))
+    Capability.objects.filter(name="send_email").update(endpoint_disabled_at=timezone.now())
+    page = axe_session.page
+    page.goto("/ops")
+    page.get_by_role("heading", name="Stalled endpoints").wait_for()
+    assert violations(page) == [], "/ops"
+    screenshot(page, "ops")
+
+
 def test_it_finds_no_accessibility_violations_on_the_sign_in_and_empty_queue(session_factory):
     require("axe-core: run `npm ci` (node_modules/axe-core/axe.min.js)", AXE.exists())
     factories.person("mona")
