@@ -874,32 +874,21 @@ def invocation_record(*, invocation_id: str, attempt: int, outcome: Outcome) -> 
 def _note_stall(run: Run, invocation: Invocation, outcome: Outcome) -> None:
     """A timeout stalls the endpoint; any HTTP answer (even an error) shows it answers again."""
     capability = run.capability
+    event, details = None, {}
     if outcome.timed_out:
         # probe_until is freed too: the probe (if this was it) is over, the next delivery may try.
-        stalled = Capability.objects.filter(pk=capability.pk).update(
+        Capability.objects.filter(pk=capability.pk).update(
             endpoint_stalled_at=Coalesce(F("endpoint_stalled_at"), timezone.now()), endpoint_probe_until=None
         )
-        if stalled and capability.endpoint_stalled_at is None:
-            audit(
-                "capability.endpoint_stalled",
-                SYSTEM,
-                run_id=run.pk,
-                invocation_id=invocation.id,
-                capability=capability.name,
-                reason=outcome.error,
-            )
+        if capability.endpoint_stalled_at is None:
+            event, details = "capability.endpoint_stalled", {"reason": outcome.error}
     elif outcome.status_code is not None and capability.endpoint_stalled_at is not None:
         cleared = Capability.objects.filter(pk=capability.pk, endpoint_stalled_at__isnull=False).update(
             endpoint_stalled_at=None, endpoint_probe_until=None
         )
-        if cleared:
-            audit(
-                "capability.endpoint_answering",
-                SYSTEM,
-                run_id=run.pk,
-                invocation_id=invocation.id,
-                capability=capability.name,
-            )
+        event = "capability.endpoint_answering" if cleared else None
+    if event:
+        audit(event, SYSTEM, run_id=run.pk, invocation_id=invocation.id, capability=capability.name, **details)
 
 
 def endpoint_take_probe(*, capability: Capability) -> bool:
