@@ -3,6 +3,7 @@
 import datetime as dt
 
 import pytest
+from django.db import connection
 from django.utils import timezone
 
 from holds.models import AuditEvent, Hold, Invocation, Run
@@ -235,3 +236,20 @@ def test_a_decision_while_the_asker_is_still_answering_waits(api, cap, member_ke
     assert resume_of(hold).status == "pending"
     run.refresh_from_db()
     assert run.status == "held"
+
+
+@pytest.mark.parametrize("n_items", [1, 100])
+def test_one_decision_costs_the_same_queries_whatever_its_size(cap, n_items, django_assert_num_queries):
+    from holds import services
+    from holds.auth import actor_for_account
+
+    _, hold = factories.held_hold(cap, factories.ask_body(n_items))
+    robot = actor_for_account(factories.account("bot", role="member")[0])
+    body = {"items": [{"id": item.item_id, "action": "approve"} for item in hold.items.all()]}
+    # PostgreSQL: the hold with capability, run and items; the conditional UPDATE of the hold; one
+    # statement for items, pending count, resume and audit row (savepoint and release around them).
+    # Elsewhere: the same read, the UPDATE, the items' bulk UPDATE, the count, the asker, the resume,
+    # the audit row (and the savepoint pair).
+    with django_assert_num_queries(5 if connection.vendor == "postgresql" else 9):
+        services.hold_decide(hold_id=hold.pk, actor=robot, body=body)
+    assert Invocation.objects.get(hold=hold).resume["items"][0]["action"] == "approve"
