@@ -19,6 +19,8 @@ from bench.common import ROOT, median, save  # noqa: E402
 BIG = int(os.environ.get("RQ_BENCH_HOLDS", "1000000"))
 SMALL = 1000
 REQUESTS = int(os.environ.get("RQ_BENCH_PAGE_REQUESTS", "60"))
+# Set while iterating on a page: measure again on the databases the last run seeded.
+REUSE = os.environ.get("RQ_BENCH_PAGES_REUSE") == "1"
 PY = sys.executable
 
 
@@ -95,6 +97,9 @@ def main():
     seed_seconds = {}
     for name, (db, holds) in dbs.items():
         start = time.monotonic()
+        if REUSE and (ROOT / "var" / "bench" / f"{db}.hold").exists():
+            print(f"pages: {name}: reusing {db} as seeded by an earlier run (RQ_BENCH_PAGES_REUSE)", flush=True)
+            continue
         prepare(db, holds)
         seed_seconds[name] = time.monotonic() - start
         print(f"pages: {name}: {holds:,} holds seeded in {seed_seconds[name]:.0f}s", flush=True)
@@ -159,7 +164,7 @@ def main():
             "measured": f"{seed_seconds['big']:.0f} s",
             "ok": seed_seconds["big"] < 600,
         }
-    ]
+    ][: 1 if "big" in seed_seconds else 0]
     for page, (small, big) in results.items():
         # The queue's goal is issue 9's; the ops page is held to the same one, as issue 7's
         # "stays fast with 1,000,000 holds".
