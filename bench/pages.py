@@ -157,14 +157,16 @@ def main():
             )
     finally:
         procs.stop_all()
-    rows = [
-        {
-            "figure": f"seed_holds --holds {BIG:,} --items 2 (with migrate and ANALYZE)",
-            "goal": "a few minutes",
-            "measured": f"{seed_seconds['big']:.0f} s",
-            "ok": seed_seconds["big"] < 600,
-        }
-    ][: 1 if "big" in seed_seconds else 0]
+    rows = []
+    if "big" in seed_seconds:
+        rows.append(
+            {
+                "figure": f"seed_holds --holds {BIG:,} --items 2 (with migrate and ANALYZE)",
+                "goal": "a few minutes",
+                "measured": f"{seed_seconds['big']:.0f} s",
+                "ok": seed_seconds["big"] < 600,
+            }
+        )
     for page, (small, big) in results.items():
         # The queue's goal is issue 9's; the ops page is held to the same one, as issue 7's
         # "stays fast with 1,000,000 holds".
