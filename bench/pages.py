@@ -43,8 +43,9 @@ def prepare(db: str, holds: int) -> None:
         "services.person_add(username='bench', role='admin', password='bench-pass-123', actor=SYSTEM);"
         "cap = Capability.objects.order_by('pk').first();"
         "run, hold = factories.held_hold(cap, factories.ask_body(100));"
-        # What beat does every minute in production: seal finished hours of the ops counters.
-        "from holds import ops\nwhile ops.rollup(): pass\n"
+        # What beat does in production: seal finished hours of the ops counters (every minute) and
+        # fold the pending counters' delta rows (every 10 s).
+        "from holds import ops\nwhile ops.rollup(): pass\nops.fold_pending()\n"
         "print('HOLD', hold.public_id)"
     )
     out = subprocess.run(

@@ -136,3 +136,21 @@ def test_seed_holds_writes_the_mix_fast(capsys):
     assert Hold.objects.filter(status="pending").count() < 100  # about 10 %
     with pytest.raises(CommandError):
         call_command("seed_holds")
+
+
+@pytest.mark.needs_postgres
+@pytest.mark.django_db(transaction=True)
+def test_seed_holds_leaves_the_database_vacuumed_as_after_any_bulk_load():
+    import time
+
+    from django.db import connection
+
+    call_command("seed_holds", "--holds", "50", "--capabilities", "1", "--items", "1")
+    with connection.cursor() as cursor:
+        for _ in range(50):  # the statistics views are written a moment after the command
+            cursor.execute("SELECT last_vacuum IS NOT NULL FROM pg_stat_user_tables WHERE relname = 'holds_hold'")
+            if cursor.fetchone()[0]:
+                break
+            time.sleep(0.1)
+        else:
+            pytest.fail("holds_hold was not vacuumed")
