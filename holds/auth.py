@@ -124,12 +124,22 @@ def actor_for_invocation(invocation: Invocation) -> Actor:
     )
 
 
+# When the run token of invocation `i` (of run `r`) is live: from the invocation's first delivery
+# until it answers or is given up, never while the run is held or finished, nor once a later
+# invocation has superseded it. One predicate for the token lookup and for the ask, which checks its
+# token inside its own INSERT statement (services.hold_ask_by_token).
+LIVE_TOKEN_SQL = (
+    f"i.status IN ('{Invocation.Status.DELIVERING}', '{Invocation.Status.PENDING}') AND i.attempts > 0"
+    f" AND r.status = '{Run.Status.RUNNING}' AND i.seq = r.seq"
+)
+
+
 def _token_query() -> tuple:
     columns = (rows.Columns(Invocation, "i"), rows.Columns(Run, "r"), rows.Columns(Capability, "c"))
     sql = (
         f"SELECT {', '.join(c.select() for c in columns)} FROM {Invocation._meta.db_table} i"
         f" JOIN {Run._meta.db_table} r ON r.id = i.run_id"
-        f" JOIN {Capability._meta.db_table} c ON c.id = r.capability_id WHERE i.id = %s"
+        f" JOIN {Capability._meta.db_table} c ON c.id = r.capability_id WHERE i.id = %s AND {LIVE_TOKEN_SQL}"
     )
     return sql, columns
 
@@ -143,21 +153,21 @@ def _invocation_with_run(invocation_id: str) -> Invocation | None:
     return rows.with_run(*found)[0] if found else None
 
 
-def invocation_for_token(token: str) -> Invocation | None:
-    """The invocation whose token this is, if that token is valid now.
-
-    A token lives from its invocation's first delivery until it answers or is given up, and never
-    while the run is held or finished, nor once a later invocation has superseded it.
-    """
+def token_invocation_id(token: str) -> str | None:
+    """The invocation a well-formed run token names, if its MAC is ours (no database needed; whether
+    the token is live is the database's to say, LIVE_TOKEN_SQL)."""
     invocation_id, dot, _ = token.removeprefix(TOKEN_PREFIX).partition(".")
     if not token.startswith(TOKEN_PREFIX) or not dot or not invocation_id.startswith("inv_"):
         return None
-    invocation = _invocation_with_run(invocation_id)
-    # Only the token's hash is stored; the comparison does not leak how much of it matched.
+    return invocation_id if hmac.compare_digest(token.encode(), run_token_for(invocation_id).encode()) else None
+
+
+def invocation_for_token(token: str) -> Invocation | None:
+    """The invocation whose token this is, if that token is live now (LIVE_TOKEN_SQL)."""
+    invocation_id = token_invocation_id(token)
+    invocation = _invocation_with_run(invocation_id) if invocation_id else None
+    # The stored hash too: a token is only ever the one its invocation was given.
     if invocation is None or not hmac.compare_digest(invocation.token_hash, sha256_hex(token)):
-        return None
-    live = invocation.status in (Invocation.Status.DELIVERING, Invocation.Status.PENDING) and invocation.attempts > 0
-    if not live or invocation.run.status != Run.Status.RUNNING or invocation.seq != invocation.run.seq:
         return None
     return invocation
 

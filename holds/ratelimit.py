@@ -130,10 +130,14 @@ def client_ip(request) -> str | None:
     return None
 
 
+def token_identity(invocation_id: str) -> str:
+    return f"token:{invocation_id}"  # the invocation's random id names its one token
+
+
 def identity(actor) -> str:
     """Per token, per key, per person: never a reused number, so a new row never inherits a count."""
     if actor.kind == "run":
-        return f"token:{actor.invocation.pk}"  # the invocation's random id names its one token
+        return token_identity(actor.invocation.pk)
     if actor.kind == "account":
         return f"key:{actor.account.key_hash}"
     if actor.kind == "user":
@@ -143,6 +147,11 @@ def identity(actor) -> str:
 
 def api_limit(scope: str, actor) -> None:
     """Raises 429 when `actor` (a run token, a key or a person) is over `scope`'s rate."""
-    retry_after = hit(scope, identity(actor))
+    limit(scope, identity(actor))
+
+
+def limit(scope: str, ident: str) -> None:
+    """Raises 429 when `ident` is over `scope`'s rate."""
+    retry_after = hit(scope, ident)
     if retry_after:
         raise RateLimited(f"too many {scope} requests; try again in {retry_after} s", retry_after=retry_after)

@@ -29,13 +29,16 @@ from django.utils import timezone
 
 from . import notifications, outbox, rows
 from .auth import (
+    LIVE_TOKEN_SQL,
     RUN_TOKEN_HASH_SQL,
     SYSTEM,
     Actor,
-    actor_for_invocation,
+    invocation_for_token,
     may_decide,
     run_token_hash,
     run_token_sql_params,
+    sha256_hex,
+    token_invocation_id,
 )
 from .errors import Conflict, Forbidden, Invalid, NotFound
 from .models import (
@@ -224,46 +227,15 @@ def hold_ask(*, invocation: Invocation, body) -> Hold:
     unique index on pending holds per run makes a concurrent second ask fail, not double.
     """
     run = invocation.run
-    ask, errors = validate_ask(body)
-    file_ids = body.get("files") if isinstance(body, dict) and isinstance(body.get("files"), list) else []
-    if file_ids:
-        errors += _file_errors(run, file_ids)
+    ask, items, errors = _read_ask(body, run)
     if errors:
         # An open hold answers 409 even for a bad body (SPEC's order); looked up only on this path
         # so that a good ask costs no extra query: the partial unique index refuses a second one.
         _refuse_if_open(run)
         raise Invalid(errors)
-    items = [item.model_dump(exclude_none=False) for item in ask.items]
-    for item in items:
-        item["confidence"] = item["confidence"] or {}
-    confidences = [v for item in items for v in item["confidence"].values()]
-    hold = Hold(
-        run=run,
-        invocation=invocation,
-        capability_id=run.capability_id,
-        intent=ask.intent,
-        actions=list(ask.actions),
-        details=ask.details,
-        files=list(ask.files),
-        expires_at=(timezone.now() + timedelta(seconds=ask.expires_in)) if ask.expires_in else None,
-        item_count=len(items),
-        min_confidence=min(confidences) if confidences else None,
-        search_text=" ".join(
-            [ask.intent, run.public_id] + [i["id"] for i in items] + [i["title"] for i in items]
-        ).lower(),
-        fingerprint=hold_fingerprint(
-            intent=ask.intent, actions=list(ask.actions), details=ask.details, items=items, files=list(ask.files)
-        ),
-    )
-    event = AuditEvent(
-        kind="hold.asked",
-        actor=actor_for_invocation(invocation).label,
-        run_id_ref=run.pk,
-        invocation_id_ref=invocation.id,
-        data={"intent": ask.intent, "items": len(items), "expires_in": ask.expires_in},
-    )
+    hold, event = _new_hold(ask, items, invocation_id=invocation.id)
     try:
-        _insert_ask(hold, items, event)
+        _insert_ask(hold, items, event, run=run)
     except IntegrityError:
         # The partial unique index on pending holds: this run has asked already.
         _refuse_if_open(run)
@@ -273,8 +245,85 @@ def hold_ask(*, invocation: Invocation, body) -> Hold:
     return hold
 
 
-def _insert_ask(hold: Hold, items: list[dict], event: AuditEvent) -> None:
-    """Writes a hold, its items, its audit event and its +1 pending count, all or nothing.
+def hold_ask_by_token(*, token: str, body) -> Hold | None:
+    """hold_ask for a request that brings only its run token; None when the token is not live.
+
+    On PostgreSQL a good ask is one statement with no lookup before it: the statement finds the
+    token's invocation and run (LIVE_TOKEN_SQL) and writes the hold only if they are there. Anything
+    else (a bad body, an open hold, files to check against the run) looks the token up first, as
+    every other endpoint does, so 401, 409 and 422 keep SPEC's order.
+    """
+    ask, items, errors = _read_ask(body, None)
+    invocation_id = token_invocation_id(token)
+    if errors or ask.files or connection.vendor != "postgresql" or invocation_id is None:
+        invocation = invocation_for_token(token)
+        return None if invocation is None else hold_ask(invocation=invocation, body=body)
+    hold, event = _new_hold(ask, items, invocation_id=invocation_id)
+    try:
+        written = _insert_ask(hold, items, event, token_hash=sha256_hex(token))
+    except IntegrityError:
+        invocation = invocation_for_token(token)
+        if invocation is not None:
+            _refuse_if_open(invocation.run)
+        raise
+    if not written:
+        return None
+    notifications.hold_asked(hold.pk)
+    return hold
+
+
+def _read_ask(body, run: Run | None) -> tuple:
+    """(ask, items, errors): the body validated; its files checked against `run` when given."""
+    ask, errors = validate_ask(body)
+    file_ids = body.get("files") if isinstance(body, dict) and isinstance(body.get("files"), list) else []
+    if file_ids and run is not None:
+        errors += _file_errors(run, file_ids)
+    if errors:
+        return ask, [], errors
+    items = [item.model_dump(exclude_none=False) for item in ask.items]
+    for item in items:
+        item["confidence"] = item["confidence"] or {}
+    return ask, items, errors
+
+
+def _new_hold(ask, items: list[dict], *, invocation_id: str) -> tuple[Hold, AuditEvent]:
+    """The hold and its audit event, without what comes from the run (filled in as they are written)."""
+    confidences = [v for item in items for v in item["confidence"].values()]
+    hold = Hold(
+        invocation_id=invocation_id,
+        intent=ask.intent,
+        actions=list(ask.actions),
+        details=ask.details,
+        files=list(ask.files),
+        expires_at=(timezone.now() + timedelta(seconds=ask.expires_in)) if ask.expires_in else None,
+        item_count=len(items),
+        min_confidence=min(confidences) if confidences else None,
+        fingerprint=hold_fingerprint(
+            intent=ask.intent, actions=list(ask.actions), details=ask.details, items=items, files=list(ask.files)
+        ),
+    )
+    event = AuditEvent(
+        kind="hold.asked",
+        invocation_id_ref=invocation_id,
+        data={"intent": ask.intent, "items": len(items), "expires_in": ask.expires_in},
+    )
+    return hold, event
+
+
+def _search_parts(hold: Hold, items: list[dict]) -> tuple[str, str]:
+    """The hold's search text is its intent, its run's public id, its item ids and titles, lowercased:
+    the parts before and after the run's id (which the statement may only learn as it runs)."""
+    rest = [i["id"] for i in items] + [i["title"] for i in items]
+    return (hold.intent + " ").lower(), (" " + " ".join(rest)).lower() if rest else ""
+
+
+# The run-dependent columns of an ask, filled in by the statement itself.
+_ASK_RUN_COLUMNS = ("run_id", "capability_id", "search_text")
+
+
+def _insert_ask(hold: Hold, items: list[dict], event: AuditEvent, *, run: Run | None = None, token_hash=None) -> bool:
+    """Writes a hold, its items, its audit event and its +1 pending count, all or nothing, for `run`,
+    or for the run whose live token hashes to `token_hash` (False: there is none, nothing written).
 
     On PostgreSQL this is one statement (data-modifying CTEs), atomic by itself: one round trip
     with no BEGIN/COMMIT, where the ORM needs five and compiles three INSERTs. Hold and audit row
@@ -282,7 +331,10 @@ def _insert_ask(hold: Hold, items: list[dict], event: AuditEvent) -> None:
     array per column, so the statement's text is the same for 1 and 100 items (psycopg parses it
     once, not 900 placeholders per ask).
     """
+    head, tail = _search_parts(hold, items)
     if connection.vendor != "postgresql":
+        hold.run_id, hold.capability_id = run.pk, run.capability_id
+        hold.search_text = head + run.public_id + tail
         rows = [
             HoldItem(position=n, item_id=i["id"], title=i["title"], data=i["data"], confidence=i["confidence"])
             for n, i in enumerate(items)
@@ -292,11 +344,21 @@ def _insert_ask(hold: Hold, items: list[dict], event: AuditEvent) -> None:
             for row in rows:
                 row.hold = hold
             HoldItem.objects.bulk_create(rows)
-            event.hold_id_ref = hold.pk
+            event.hold_id_ref, event.run_id_ref, event.actor = hold.pk, run.pk, f"run {run.public_id}"
             event.save(force_insert=True)
             PendingCount.objects.create(capability_id=hold.capability_id, delta=1)
-        return
-    hold_columns, params = _insert_values(hold)
+        return True
+    if run is not None:
+        source, params = "SELECT %s::bigint AS run_id, %s::bigint AS capability_id", [run.pk, run.capability_id]
+    else:
+        source = (
+            f"SELECT i.run_id, r.capability_id FROM {Invocation._meta.db_table} i"
+            f" JOIN {Run._meta.db_table} r ON r.id = i.run_id"
+            f" WHERE i.id = %s AND i.token_hash = %s AND {LIVE_TOKEN_SQL}"
+        )
+        params = [hold.invocation_id, token_hash]
+    hold_columns, values = _insert_values(hold, skip=_ASK_RUN_COLUMNS)
+    params += [head, tail, *values]
     data = HoldItem._meta.get_field("data")
     params += [
         list(range(len(items))),
@@ -305,28 +367,35 @@ def _insert_ask(hold: Hold, items: list[dict], event: AuditEvent) -> None:
         [data.get_prep_value(i["data"]) for i in items],
         [json.dumps(i["confidence"]) for i in items],
     ]
-    event_columns, values = _insert_values(event, skip=("hold_id_ref",))
-    params += [*values, hold.capability_id]
+    event_columns, values = _insert_values(event, skip=("hold_id_ref", "run_id_ref", "actor"))
+    params += values
     sql = (
-        f"WITH h AS (INSERT INTO {Hold._meta.db_table} ({', '.join(hold_columns)})"
-        f" VALUES ({', '.join(['%s'] * len(hold_columns))}) RETURNING id),"
+        f"WITH t AS ({source}),"
+        f" h AS (INSERT INTO {Hold._meta.db_table} (run_id, capability_id, search_text, {', '.join(hold_columns)})"
+        f" SELECT t.run_id, t.capability_id, %s || 'r_' || t.run_id || %s, {', '.join(['%s'] * len(hold_columns))}"
+        " FROM t RETURNING id, run_id, capability_id),"
         f" i AS (INSERT INTO {HoldItem._meta.db_table}"
         " (hold_id, position, item_id, title, data, confidence, action, decided_data, comment)"
-        " SELECT (SELECT id FROM h), x.position, x.item_id, x.title, x.data, x.confidence::jsonb, '', NULL, NULL"
-        " FROM unnest(%s::int[], %s::text[], %s::text[], %s::text[], %s::text[])"
+        " SELECT h.id, x.position, x.item_id, x.title, x.data, x.confidence::jsonb, '', NULL, NULL"
+        " FROM h, unnest(%s::int[], %s::text[], %s::text[], %s::text[], %s::text[])"
         " AS x(position, item_id, title, data, confidence)),"
-        f" a AS (INSERT INTO {AuditEvent._meta.db_table} (hold_id_ref, {', '.join(event_columns)})"
-        f" VALUES ((SELECT id FROM h), {', '.join(['%s'] * len(event_columns))})),"
-        f" p AS (INSERT INTO {PendingCount._meta.db_table} (capability_id, delta) VALUES (%s, 1))"
-        " SELECT id FROM h"
+        f" a AS (INSERT INTO {AuditEvent._meta.db_table} (hold_id_ref, run_id_ref, actor, {', '.join(event_columns)})"
+        f" SELECT h.id, h.run_id, 'run r_' || h.run_id, {', '.join(['%s'] * len(event_columns))} FROM h),"
+        f" p AS (INSERT INTO {PendingCount._meta.db_table} (capability_id, delta) SELECT h.capability_id, 1 FROM h)"
+        " SELECT id, run_id, capability_id FROM h"
     )
     # Alone it needs no transaction. Inside a caller's, a savepoint keeps a refused ask (the
     # unique index on pending holds) from aborting that transaction.
     with transaction.atomic() if connection.in_atomic_block else nullcontext(), connection.cursor() as cursor:
         cursor.execute(sql, params)
-        hold.pk = cursor.fetchone()[0]
+        row = cursor.fetchone()
+    if row is None:
+        return False
+    hold.pk, hold.run_id, hold.capability_id = row
+    hold.search_text = head + f"r_{hold.run_id}" + tail
     hold._state.adding = False
-    event.hold_id_ref = hold.pk
+    event.hold_id_ref, event.run_id_ref, event.actor = hold.pk, hold.run_id, f"run r_{hold.run_id}"
+    return True
 
 
 def _insert_values(obj, skip=()) -> tuple[list[str], list]:

@@ -186,6 +186,32 @@ def test_it_refuses_the_token_of_a_held_run(api, live):
     assert api.get(f"/v0/holds/{hold_id}", token=token).status_code == 401
 
 
+def test_an_ask_with_a_token_that_is_not_live_writes_nothing(api, cap, member_key):
+    from django.db.models import Sum
+
+    from holds.auth import run_token_for
+    from holds.models import PendingCount
+
+    def written():
+        return Hold.objects.count(), AuditEvent.objects.count(), PendingCount.objects.aggregate(n=Sum("delta"))["n"]
+
+    run = factories.start_run(cap)
+    invocation, token = factories.deliver_now(run)
+    hold_id = api.post("/v0/holds", factories.ask_body(), token=token).json()["hold_id"]
+    factories.answer(invocation, {"status": "suspended", "hold_id": hold_id})
+    before = written()
+    assert api.post("/v0/holds", factories.ask_body(), token=token).status_code == 401  # held
+    decision = {"items": [{"id": "INV-1", "action": "approve"}, {"id": "INV-2", "action": "approve"}]}
+    assert api.post(f"/v0/holds/{hold_id}/decision", decision, key=member_key).status_code == 200
+    _, new_token = factories.deliver_now(run)
+    after_decision = written()
+    assert api.post("/v0/holds", factories.ask_body(), token=token).status_code == 401  # superseded
+    forged = run_token_for(invocation.id)[:-4] + "AAAA"  # the right invocation, a MAC that is not ours
+    assert api.post("/v0/holds", factories.ask_body(), token=forged).status_code == 401
+    assert written() == after_decision and before[0] == after_decision[0]
+    assert api.post("/v0/holds", factories.ask_body(), token=new_token).status_code == 201  # the live one
+
+
 def test_it_keeps_numbers_exact(api, live):
     raw = (
         '{"intent": "n", "items": [{"id": "a", "title": "t", "data": '
@@ -206,9 +232,9 @@ def test_it_refuses_numbers_beyond_float64(api, live):
 
 @pytest.mark.django_db(transaction=True)  # as in production: no test transaction around the ask
 @pytest.mark.parametrize("n_items", [1, 100])
-def test_one_ask_costs_two_queries_whatever_its_size(api, live, n_items, django_assert_num_queries):
-    # PostgreSQL: the token lookup, then hold, items, audit and pending count in one statement.
+def test_one_ask_costs_one_statement_whatever_its_size(api, live, n_items, django_assert_num_queries):
+    # PostgreSQL: the token's invocation and run, hold, items, audit and pending count in one statement.
     # Elsewhere: the token lookup, BEGIN, hold, items (one bulk INSERT), audit, count, COMMIT.
-    with django_assert_num_queries(2 if connection.vendor == "postgresql" else 7):
+    with django_assert_num_queries(1 if connection.vendor == "postgresql" else 7):
         response = api.post("/v0/holds", factories.ask_body(n_items), token=live[2])
     assert response.status_code == 201
