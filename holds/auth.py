@@ -127,7 +127,9 @@ def actor_for_invocation(invocation: Invocation) -> Actor:
 # When the run token of invocation `i` (of run `r`) is live: from the invocation's first delivery
 # until it answers or is given up, never while the run is held or finished, nor once a later
 # invocation has superseded it. One predicate for the token lookup and for the ask, which checks its
-# token inside its own INSERT statement (services.hold_ask_by_token).
+# token inside its own INSERT statement (services.hold_ask_by_token). Both select it as a column
+# of the row found by primary key, never as a WHERE condition: there the planner would walk the
+# partial index of live invocations (the outbox's) looking for the id, which grows with the backlog.
 LIVE_TOKEN_SQL = (
     f"i.status IN ('{Invocation.Status.DELIVERING}', '{Invocation.Status.PENDING}') AND i.attempts > 0"
     f" AND r.status = '{Run.Status.RUNNING}' AND i.seq = r.seq"
@@ -137,9 +139,9 @@ LIVE_TOKEN_SQL = (
 def _token_query() -> tuple:
     columns = (rows.Columns(Invocation, "i"), rows.Columns(Run, "r"), rows.Columns(Capability, "c"))
     sql = (
-        f"SELECT {', '.join(c.select() for c in columns)} FROM {Invocation._meta.db_table} i"
-        f" JOIN {Run._meta.db_table} r ON r.id = i.run_id"
-        f" JOIN {Capability._meta.db_table} c ON c.id = r.capability_id WHERE i.id = %s AND {LIVE_TOKEN_SQL}"
+        f"SELECT {', '.join(c.select() for c in columns)}, ({LIVE_TOKEN_SQL}) AS live"
+        f" FROM {Invocation._meta.db_table} i JOIN {Run._meta.db_table} r ON r.id = i.run_id"
+        f" JOIN {Capability._meta.db_table} c ON c.id = r.capability_id WHERE i.id = %s"
     )
     return sql, columns
 
@@ -148,9 +150,11 @@ def _token_query() -> tuple:
 TOKEN_QUERY = rows.Query(_token_query)
 
 
-def _invocation_with_run(invocation_id: str) -> Invocation | None:
-    found = TOKEN_QUERY.one([invocation_id])
-    return rows.with_run(*found)[0] if found else None
+def _live_invocation_with_run(invocation_id: str) -> Invocation | None:
+    row = TOKEN_QUERY.row([invocation_id])
+    if row is None or not row[-1]:  # the last column says whether the token is live
+        return None
+    return rows.with_run(*rows.build(TOKEN_QUERY.parts()[1], row))[0]
 
 
 def token_invocation_id(token: str) -> str | None:
@@ -165,7 +169,7 @@ def token_invocation_id(token: str) -> str | None:
 def invocation_for_token(token: str) -> Invocation | None:
     """The invocation whose token this is, if that token is live now (LIVE_TOKEN_SQL)."""
     invocation_id = token_invocation_id(token)
-    invocation = _invocation_with_run(invocation_id) if invocation_id else None
+    invocation = _live_invocation_with_run(invocation_id) if invocation_id else None
     # The stored hash too: a token is only ever the one its invocation was given.
     if invocation is None or not hmac.compare_digest(invocation.token_hash, sha256_hex(token)):
         return None

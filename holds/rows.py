@@ -60,13 +60,12 @@ class Query:
             self._made = self._make()
         return self._made
 
-    def one(self, params) -> list | None:
-        """The row's instances, one per Columns, or None when no row matched."""
-        sql, columns = self.parts()
+    def row(self, params) -> tuple | None:
+        """The first row as it came back (rows.build makes the instances), or None."""
+        sql, _ = self.parts()
         with connection.cursor() as cursor:
             cursor.execute(sql, params)
-            row = cursor.fetchone()
-        return None if row is None else build(columns, row)
+            return cursor.fetchone()
 
 
 def with_run(invocation, run, capability):

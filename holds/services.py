@@ -348,13 +348,33 @@ def _insert_ask(hold: Hold, items: list[dict], event: AuditEvent, *, run: Run | 
             event.save(force_insert=True)
             PendingCount.objects.create(capability_id=hold.capability_id, delta=1)
         return True
+    sql, params = _ask_statement(hold, items, event, run=run, token_hash=token_hash)
+    # Alone it needs no transaction. Inside a caller's, a savepoint keeps a refused ask (the
+    # unique index on pending holds) from aborting that transaction.
+    with transaction.atomic() if connection.in_atomic_block else nullcontext(), connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        row = cursor.fetchone()
+    if row is None:
+        return False
+    hold.pk, hold.run_id, hold.capability_id = row
+    hold.search_text = head + f"r_{hold.run_id}" + tail
+    hold._state.adding = False
+    event.hold_id_ref, event.run_id_ref, event.actor = hold.pk, hold.run_id, f"run r_{hold.run_id}"
+    return True
+
+
+def _ask_statement(hold: Hold, items: list[dict], event: AuditEvent, *, run: Run | None, token_hash) -> tuple:
+    """The ask's one statement and its parameters (PostgreSQL). Its first part, `t`, is the run: the
+    given one, or the token's, found by primary key and written to only if the token is live. It is
+    MATERIALIZED so that the liveness test stays a filter on that one row (auth.LIVE_TOKEN_SQL)."""
+    head, tail = _search_parts(hold, items)
     if run is not None:
-        source, params = "SELECT %s::bigint AS run_id, %s::bigint AS capability_id", [run.pk, run.capability_id]
+        source = "SELECT %s::bigint AS run_id, %s::bigint AS capability_id, true AS live"
+        params = [run.pk, run.capability_id]
     else:
         source = (
-            f"SELECT i.run_id, r.capability_id FROM {Invocation._meta.db_table} i"
-            f" JOIN {Run._meta.db_table} r ON r.id = i.run_id"
-            f" WHERE i.id = %s AND i.token_hash = %s AND {LIVE_TOKEN_SQL}"
+            f"SELECT i.run_id, r.capability_id, ({LIVE_TOKEN_SQL}) AS live FROM {Invocation._meta.db_table} i"
+            f" JOIN {Run._meta.db_table} r ON r.id = i.run_id WHERE i.id = %s AND i.token_hash = %s"
         )
         params = [hold.invocation_id, token_hash]
     hold_columns, values = _insert_values(hold, skip=_ASK_RUN_COLUMNS)
@@ -370,10 +390,10 @@ def _insert_ask(hold: Hold, items: list[dict], event: AuditEvent, *, run: Run | 
     event_columns, values = _insert_values(event, skip=("hold_id_ref", "run_id_ref", "actor"))
     params += values
     sql = (
-        f"WITH t AS ({source}),"
+        f"WITH t AS MATERIALIZED ({source}),"
         f" h AS (INSERT INTO {Hold._meta.db_table} (run_id, capability_id, search_text, {', '.join(hold_columns)})"
         f" SELECT t.run_id, t.capability_id, %s || 'r_' || t.run_id || %s, {', '.join(['%s'] * len(hold_columns))}"
-        " FROM t RETURNING id, run_id, capability_id),"
+        " FROM t WHERE t.live RETURNING id, run_id, capability_id),"
         f" i AS (INSERT INTO {HoldItem._meta.db_table}"
         " (hold_id, position, item_id, title, data, confidence, action, decided_data, comment)"
         " SELECT h.id, x.position, x.item_id, x.title, x.data, x.confidence::jsonb, '', NULL, NULL"
@@ -384,18 +404,7 @@ def _insert_ask(hold: Hold, items: list[dict], event: AuditEvent, *, run: Run | 
         f" p AS (INSERT INTO {PendingCount._meta.db_table} (capability_id, delta) SELECT h.capability_id, 1 FROM h)"
         " SELECT id, run_id, capability_id FROM h"
     )
-    # Alone it needs no transaction. Inside a caller's, a savepoint keeps a refused ask (the
-    # unique index on pending holds) from aborting that transaction.
-    with transaction.atomic() if connection.in_atomic_block else nullcontext(), connection.cursor() as cursor:
-        cursor.execute(sql, params)
-        row = cursor.fetchone()
-    if row is None:
-        return False
-    hold.pk, hold.run_id, hold.capability_id = row
-    hold.search_text = head + f"r_{hold.run_id}" + tail
-    hold._state.adding = False
-    event.hold_id_ref, event.run_id_ref, event.actor = hold.pk, hold.run_id, f"run r_{hold.run_id}"
-    return True
+    return sql, params
 
 
 def _insert_values(obj, skip=()) -> tuple[list[str], list]:

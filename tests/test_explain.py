@@ -45,6 +45,20 @@ def test_a_token_finds_its_invocation_by_primary_key(seeded):
     assert "Index Scan using holds_invocation_" in text and "Seq Scan on holds_invocation" not in text, text
 
 
+def test_an_ask_finds_its_token_by_primary_key_in_its_own_statement(seeded):
+    from tests import factories
+
+    invocation = Invocation.objects.order_by("pk").first()
+    ask, items, _ = services._read_ask(factories.ask_body(), None)
+    hold, event = services._new_hold(ask, items, invocation_id=invocation.id)
+    sql, params = services._ask_statement(hold, items, event, run=None, token_hash=invocation.token_hash)
+    with connection.cursor() as cursor:
+        cursor.execute("EXPLAIN " + sql, params)
+        text = "\n".join(row[0] for row in cursor.fetchall())
+    # Not the partial index of live invocations, searched for the id (it grows with the backlog).
+    assert "Index Scan using holds_invocation_pkey" in text and "invocation_outbox_due" not in text, text
+
+
 def test_the_ops_page_finds_each_oldest_pending_hold_by_index(seeded):
     text = plan(ops.capabilities_with_oldest())
     assert "hold_pending_age" in text and "Seq Scan on holds_hold" not in text, text
