@@ -162,7 +162,7 @@ def main():
     if "big" in seed_seconds:
         rows.append(
             {
-                "figure": f"seed_holds --holds {BIG:,} --items 2 (with migrate and ANALYZE)",
+                "figure": f"seed_holds --holds {BIG:,} --items 2 (with migrate and VACUUM ANALYZE)",
                 "goal": "a few minutes",
                 "measured": f"{seed_seconds['big']:.0f} s",
                 "ok": seed_seconds["big"] < 600,
