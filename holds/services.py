@@ -348,7 +348,7 @@ def _insert_ask(hold: Hold, items: list[dict], event: AuditEvent, *, run: Run | 
             event.save(force_insert=True)
             PendingCount.objects.create(capability_id=hold.capability_id, delta=1)
         return True
-    sql, params = _ask_statement(hold, items, event, run=run, token_hash=token_hash)
+    sql, params = _ask_statement(hold, items, event, (head, tail), run=run, token_hash=token_hash)
     # Alone it needs no transaction. Inside a caller's, a savepoint keeps a refused ask (the
     # unique index on pending holds) from aborting that transaction.
     with transaction.atomic() if connection.in_atomic_block else nullcontext(), connection.cursor() as cursor:
@@ -363,11 +363,12 @@ def _insert_ask(hold: Hold, items: list[dict], event: AuditEvent, *, run: Run | 
     return True
 
 
-def _ask_statement(hold: Hold, items: list[dict], event: AuditEvent, *, run: Run | None, token_hash) -> tuple:
+def _ask_statement(hold: Hold, items: list[dict], event: AuditEvent, search, *, run: Run | None, token_hash) -> tuple:
     """The ask's one statement and its parameters (PostgreSQL). Its first part, `t`, is the run: the
     given one, or the token's, found by primary key and written to only if the token is live. It is
-    MATERIALIZED so that the liveness test stays a filter on that one row (auth.LIVE_TOKEN_SQL)."""
-    head, tail = _search_parts(hold, items)
+    MATERIALIZED so that the liveness test stays a filter on that one row (auth.LIVE_TOKEN_SQL).
+    `search` is _search_parts' (before, after) the run's id."""
+    head, tail = search
     if run is not None:
         source = "SELECT %s::bigint AS run_id, %s::bigint AS capability_id, true AS live"
         params = [run.pk, run.capability_id]

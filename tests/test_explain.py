@@ -51,7 +51,8 @@ def test_an_ask_finds_its_token_by_primary_key_in_its_own_statement(seeded):
     invocation = Invocation.objects.order_by("pk").first()
     ask, items, _ = services._read_ask(factories.ask_body(), None)
     hold, event = services._new_hold(ask, items, invocation_id=invocation.id)
-    sql, params = services._ask_statement(hold, items, event, run=None, token_hash=invocation.token_hash)
+    search = services._search_parts(hold, items)
+    sql, params = services._ask_statement(hold, items, event, search, run=None, token_hash=invocation.token_hash)
     with connection.cursor() as cursor:
         cursor.execute("EXPLAIN " + sql, params)
         text = "\n".join(row[0] for row in cursor.fetchall())
