@@ -349,8 +349,9 @@ def test_an_error_answer_also_ends_a_stall(agent, acap):
 def test_while_an_endpoint_is_stalled_concurrent_deliveries_send_one_at_a_time(agent, acap, settings):
     import threading
 
-    # The probe's attempt lasts a second, long enough for every thread to find it taken.
-    stall(acap, agent, answer_after=1.5, timeout=1.0)
+    # The probe's attempt lasts two seconds, long enough for every thread to find it taken even on a
+    # busy machine (when it times out the probe is freed, and a thread that late would send too).
+    stall(acap, agent, answer_after=2.5, timeout=2.0)
     Capability.objects.filter(pk=acap.pk).update(endpoint_stalled_at=timezone.now())
     ids = [Invocation.objects.get(run=factories.start_run(acap)).id for _ in range(6)]
     barrier, results = threading.Barrier(len(ids)), {}
