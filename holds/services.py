@@ -262,9 +262,11 @@ def hold_ask_by_token(*, token: str, body) -> Hold | None:
     try:
         written = _insert_ask(hold, items, event, token_hash=sha256_hex(token))
     except IntegrityError:
+        # The run has an open hold (409), unless the token died since the statement ran (401).
         invocation = invocation_for_token(token)
-        if invocation is not None:
-            _refuse_if_open(invocation.run)
+        if invocation is None:
+            return None
+        _refuse_if_open(invocation.run)
         raise
     if not written:
         return None
@@ -993,9 +995,10 @@ def invocation_defer(*, invocation_id: str, attempt: int) -> str:
         first_sent_at=Case(When(attempts=1, then=None), default=F("first_sent_at")),
         lease_until=None,
         next_attempt_at=timezone.now() + timedelta(seconds=wait),
-        last_error="waiting: the endpoint gave no answer within its timeout; another delivery is trying it",
+        last_error="deferred: the endpoint gave no answer within its timeout; another delivery is trying it",
     )
-    return "waiting"
+    # Not "waiting": that is the status of a resume held back until its asker has answered.
+    return "deferred"
 
 
 # What recording an answer reads, in the order _LOCK_SQL returns it; any other field loads on use.

@@ -212,6 +212,17 @@ def test_an_ask_with_a_token_that_is_not_live_writes_nothing(api, cap, member_ke
     assert api.post("/v0/holds", factories.ask_body(), token=new_token).status_code == 201  # the live one
 
 
+def test_an_ask_refused_by_the_open_hold_index_after_its_token_died_is_a_401_not_a_500(live, monkeypatch):
+    from holds import services
+
+    run, invocation, token = live
+    assert services.hold_ask_by_token(token=token, body=factories.ask_body()) is not None
+    # The second ask's statement hits the one-pending-hold index; by the time the refusal is worked
+    # out, the token is no longer live (the run finished in between).
+    monkeypatch.setattr(services, "invocation_for_token", lambda token: None)
+    assert services.hold_ask_by_token(token=token, body=factories.ask_body()) is None
+
+
 def test_it_keeps_numbers_exact(api, live):
     raw = (
         '{"intent": "n", "items": [{"id": "a", "title": "t", "data": '

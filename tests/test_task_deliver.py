@@ -312,7 +312,7 @@ def test_a_timeout_stalls_the_endpoint_until_it_answers_and_meanwhile_one_delive
     assert services.endpoint_take_probe(capability=Capability.objects.get(pk=acap.pk))
     second = Invocation.objects.get(run=factories.start_run(acap))
     before = timezone.now()
-    assert delivery.deliver(second.id) == "waiting"
+    assert delivery.deliver(second.id) == "deferred"
     second.refresh_from_db()
     assert (second.status, second.attempts, second.first_sent_at, second.lease_until) == ("pending", 0, None, None)
     assert before + dt.timedelta(seconds=24) <= second.next_attempt_at <= before + dt.timedelta(seconds=37)
@@ -368,7 +368,7 @@ def test_while_an_endpoint_is_stalled_concurrent_deliveries_send_one_at_a_time(a
         t.start()
     for t in threads:
         t.join()
-    assert sorted(results.values()) == ["retry"] + ["waiting"] * 5
+    assert sorted(results.values()) == ["deferred"] * 5 + ["retry"]
     assert len(agent.requests) == 1
     assert DeliveryAttempt.objects.filter(invocation_id__in=ids).count() == 1
 
