@@ -45,7 +45,7 @@ class Busy(Exception):
 
 
 def hold_asked(hold_id: int) -> None:
-    """Called by services.hold_ask. Enqueues only once the ask is committed, and never raises."""
+    """Called when a run is held on its pending hold. Enqueues only after the commit; never raises."""
     transaction.on_commit(lambda: enqueue(hold_id, Notification.Kind.ASKED))
 
 

@@ -240,8 +240,8 @@ def hold_ask(*, invocation: Invocation, body) -> Hold:
         # The partial unique index on pending holds: this run has asked already.
         _refuse_if_open(run)
         raise
-    # Reviewers hear about it after the commit; a failing notification never fails the ask.
-    notifications.hold_asked(hold.pk)
+    # Reviewers hear about it once the run is held on it (_apply_answer), not here: publishing a
+    # task is a quarter of an ask's time, and the agent's suspended answer follows within moments.
     return hold
 
 
@@ -270,7 +270,6 @@ def hold_ask_by_token(*, token: str, body) -> Hold | None:
         raise
     if not written:
         return None
-    notifications.hold_asked(hold.pk)
     return hold
 
 
@@ -1144,15 +1143,17 @@ def _apply_outcome(invocation: Invocation, run: Run, outcome: Outcome) -> str:
 
 
 def _lock_asked(invocation: Invocation) -> Hold | None:
-    """The hold this invocation asked (its latest), locked; only its id is loaded."""
+    """The hold this invocation asked (its latest), locked; only its id and status are loaded."""
     if connection.vendor != "postgresql":
-        return Hold.objects.select_for_update().filter(invocation=invocation).order_by("-pk").only("id").first()
+        asked = Hold.objects.select_for_update().filter(invocation=invocation).order_by("-pk")
+        return asked.only("id", "status").first()
     with connection.cursor() as cursor:
         cursor.execute(
-            "SELECT id FROM holds_hold WHERE invocation_id = %s ORDER BY id DESC LIMIT 1 FOR UPDATE", [invocation.pk]
+            "SELECT id, status FROM holds_hold WHERE invocation_id = %s ORDER BY id DESC LIMIT 1 FOR UPDATE",
+            [invocation.pk],
         )
         row = cursor.fetchone()
-    return Hold.from_db(connection.alias, ["id"], [row[0]]) if row else None
+    return Hold.from_db(connection.alias, ["id", "status"], list(row)) if row else None
 
 
 def _set_invocation(invocation: Invocation, status: str, *, error: str = "", answer=None) -> None:
@@ -1221,6 +1222,10 @@ def _apply_answer(invocation: Invocation, run: Run, answer: dict, asked: Hold | 
             status=Invocation.Status.PENDING, next_attempt_at=timezone.now()
         )
         transaction.on_commit(lambda: outbox.publish(released))
+    elif asked.status == Hold.Status.PENDING:
+        # Reviewers hear about a hold once its run is held on it: after the commit, and a failing
+        # notification fails nothing here. (A hold already decided or expired needs nobody.)
+        notifications.hold_asked(asked.pk)
     audit("run.held", SYSTEM, run_id=run.pk, hold_id=asked.pk, invocation_id=invocation.id, note=note)
     return "answered"
 
