@@ -16,7 +16,7 @@ import hashlib
 import json
 import random
 from collections import Counter
-from contextlib import nullcontext
+from contextlib import nullcontext, suppress
 from dataclasses import dataclass
 from datetime import timedelta
 
@@ -102,6 +102,34 @@ def _publish_on_commit(invocations: list[Invocation]) -> None:
     ids = [inv.id for inv in invocations if inv.status == Invocation.Status.PENDING]
     if ids:
         transaction.on_commit(lambda: outbox.publish(ids))
+
+
+def _transaction(statements: list[str], params) -> list[list[tuple]]:
+    """Runs `statements` as one transaction in one round trip (PostgreSQL) and returns each one's
+    rows ([] for a statement without any).
+
+    Alone, BEGIN and COMMIT are part of the text: psycopg would spend a round trip on each. Inside a
+    caller's transaction the statements join it through a savepoint, so that a failure does not
+    abort it. Each statement takes its own snapshot (READ COMMITTED): a later one sees what an
+    earlier one waited for.
+    """
+    sql = "; ".join(statements)
+    nested = connection.in_atomic_block
+    try:
+        with transaction.atomic() if nested else nullcontext(), connection.cursor() as cursor:
+            cursor.execute(sql if nested else f"BEGIN; {sql}; COMMIT", params)
+            results = []
+            while True:
+                results.append(cursor.fetchall() if cursor.description is not None else [])
+                if not cursor.nextset():
+                    break
+    except BaseException:
+        if not nested and connection.connection is not None:
+            # A failed statement leaves the spelled-out transaction open and aborted.
+            with suppress(Exception):
+                connection.connection.execute("ROLLBACK")
+        raise
+    return results if nested else results[1:-1]
 
 
 def hold_fingerprint(*, intent: str, actions, details: str, items: list[dict], files) -> str:
@@ -523,108 +551,128 @@ def hold_decide(*, hold_id: int, actor: Actor, body, fingerprint: str | None = N
         raise Invalid(errors)
     comment = blank_to_none(decision.comment)
     by_id = {d.id: d for d in decision.items}
-    now = timezone.now()
-    with transaction.atomic():
-        won = (
-            Hold.objects.filter(pk=hold.pk, status=Hold.Status.PENDING)
-            .filter(Q(expires_at__isnull=True) | Q(expires_at__gt=Now()))
-            .update(
-                status=Hold.Status.DECIDED,
-                decided_at=now,
-                decided_by=actor.label,
-                decided_by_user=actor.user if actor.kind == "user" else None,
-                decided_by_account=actor.account if actor.kind == "account" else None,
-                comment=comment,
-            )
+    resume_items = []
+    for item in items:
+        choice = by_id[item.item_id]
+        item.action = choice.action
+        item.decided_data = choice.data if choice.action == "edit" else None
+        own = blank_to_none(choice.comment)
+        item.comment = own if own is not None else (comment if choice.action != "approve" else None)
+        resume_items.append(
+            {
+                "id": item.item_id,
+                "action": item.action,
+                "data": item.decided_data if item.action == "edit" else item.data,
+                "comment": item.comment,
+            }
         )
-        if won != 1:
-            # Another decider or the sweep got there first, or the clock passed expires_at.
-            fresh = Hold.objects.get(pk=hold.pk)
-            if fresh.status == Hold.Status.PENDING:
-                fresh.status = Hold.Status.EXPIRED
-            raise hold_refusal(fresh)
-        resume_items = []
-        for item in items:
-            choice = by_id[item.item_id]
-            item.action = choice.action
-            item.decided_data = choice.data if choice.action == "edit" else None
-            own = blank_to_none(choice.comment)
-            item.comment = own if own is not None else (comment if choice.action != "approve" else None)
-            resume_items.append(
-                {
-                    "id": item.item_id,
-                    "action": item.action,
-                    "data": item.decided_data if item.action == "edit" else item.data,
-                    "comment": item.comment,
-                }
-            )
-        resume = {"hold_id": hold.public_id, "resolved_by": "human", "items": resume_items, "comment": comment}
-        event = AuditEvent(
-            kind="hold.decided",
-            actor=actor.label,
-            run_id_ref=hold.run_id,
-            hold_id_ref=hold.pk,
-            data={"actions": {i["id"]: i["action"] for i in resume_items}, "comment": comment},
-        )
-        _publish_on_commit([_write_decision(hold, items, resume, event)])
-    hold.status, hold.decided_at, hold.decided_by, hold.comment = Hold.Status.DECIDED, now, actor.label, comment
+    resume = {"hold_id": hold.public_id, "resolved_by": "human", "items": resume_items, "comment": comment}
+    event = AuditEvent(
+        kind="hold.decided",
+        actor=actor.label,
+        run_id_ref=hold.run_id,
+        hold_id_ref=hold.pk,
+        data={"actions": {i["id"]: i["action"] for i in resume_items}, "comment": comment},
+    )
+    stamp = {
+        "status": Hold.Status.DECIDED.value,
+        "decided_at": timezone.now(),
+        "decided_by": actor.label,
+        "decided_by_user_id": actor.user.pk if actor.kind == "user" else None,
+        "decided_by_account_id": actor.account.pk if actor.kind == "account" else None,
+        "comment": comment,
+    }
+    resume_invocation = _write_decision(hold, items, stamp, resume, event)
+    if resume_invocation is None:
+        # Another decider or the sweep got there first, or the clock passed expires_at.
+        fresh = Hold.objects.get(pk=hold.pk)
+        if fresh.status == Hold.Status.PENDING:
+            fresh.status = Hold.Status.EXPIRED
+        raise hold_refusal(fresh)
+    _publish_on_commit([resume_invocation])
+    hold.status, hold.decided_at, hold.decided_by, hold.comment = (
+        stamp[k] for k in ("status", "decided_at", "decided_by", "comment")
+    )
     return hold
 
 
-def _write_decision(hold: Hold, items: list[HoldItem], resume: dict, event: AuditEvent) -> Invocation:
-    """Everything a decision writes once it has won the hold: the per-item decisions, the -1 pending
-    count, the resume invocation (returned) and the audit event.
+def _write_decision(
+    hold: Hold, items: list[HoldItem], stamp: dict, resume: dict, event: AuditEvent
+) -> Invocation | None:
+    """Takes the hold for this decision and writes everything it decides, in one transaction: the
+    hold's `stamp` (status, decider, time, comment), the per-item decisions, the -1 pending count,
+    the resume invocation (returned) and the audit event. None: the hold was not pending any more,
+    or its expires_at had passed by the database's clock, and nothing was written.
 
-    The resume's seq and status come from its asker, read here, after the hold's row lock was
-    taken (by an earlier statement, so this one's snapshot is newer): an asker that has answered
-    is seen as such. On PostgreSQL this is one statement, whose text is the same for 1 and 100
-    items (the items go in as one array per column); the ORM needs six round trips and builds a
-    CASE per field and item for the items.
+    On PostgreSQL that is one round trip (_transaction) of two statements. The first is the
+    conditional UPDATE: a concurrent decision or sweep waits on its row lock and then updates
+    nothing. The second writes the rest only where the first won (the hold carries this decision's
+    stamp and has no resume yet), and reads the asker for the resume's seq and status with its own,
+    newer snapshot, so that an asker which answered while the first waited is seen as answered. Its
+    text is the same for 1 and 100 items (one array per column); the ORM needs six round trips and
+    builds a CASE per field and item for the items.
     """
+    pending = Q(pk=hold.pk, status=Hold.Status.PENDING) & (Q(expires_at__isnull=True) | Q(expires_at__gt=Now()))
     if connection.vendor != "postgresql":
-        HoldItem.objects.bulk_update(items, ["action", "decided_data", "comment"])
-        PendingCount.objects.create(capability_id=hold.capability_id, delta=-1)
-        asker = Invocation.objects.filter(pk=hold.invocation_id).values_list("seq", "status").get()
-        invocation = _resume_invocation(run_id=hold.run_id, hold_id=hold.pk, asker=asker, resume=resume)
-        invocation.save(force_insert=True)
-        event.invocation_id_ref = invocation.id
-        event.save(force_insert=True)
+        with transaction.atomic():
+            if Hold.objects.filter(pending).update(**stamp) != 1:
+                return None
+            HoldItem.objects.bulk_update(items, ["action", "decided_data", "comment"])
+            PendingCount.objects.create(capability_id=hold.capability_id, delta=-1)
+            asker = Invocation.objects.filter(pk=hold.invocation_id).values_list("seq", "status").get()
+            invocation = _resume_invocation(run_id=hold.run_id, hold_id=hold.pk, asker=asker, resume=resume)
+            invocation.save(force_insert=True)
+            event.invocation_id_ref = invocation.id
+            event.save(force_insert=True)
         return invocation
     # seq, status and next_attempt_at are placeholders here: the statement sets them from the asker.
     invocation = _resume_invocation(run_id=hold.run_id, hold_id=hold.pk, asker=(0, ""), resume=resume)
     event.invocation_id_ref = invocation.id
+    stamped = ", ".join(f"{column} = %({column})s" for column in stamp)
     decided = HoldItem._meta.get_field("decided_data")
-    params = [
-        hold.capability_id,
-        [item.pk for item in items],
-        [item.action for item in items],
-        [decided.get_prep_value(item.decided_data) for item in items],
-        [item.comment for item in items],
-        hold.invocation_id,
-    ]
+    params = {
+        **stamp,
+        "hold": hold.pk,
+        "capability": hold.capability_id,
+        "item_ids": [item.pk for item in items],
+        "actions": [item.action for item in items],
+        "decided_data": [decided.get_prep_value(item.decided_data) for item in items],
+        "comments": [item.comment for item in items],
+        "asker": hold.invocation_id,
+        "now": timezone.now(),
+        "live": [str(status) for status in LIVE_INVOCATION],
+    }
     invocation_columns, values = _insert_values(invocation, skip=("seq", "status", "next_attempt_at"))
-    params += [*values, timezone.now(), [str(status) for status in LIVE_INVOCATION]]
+    params.update({f"r{n}": value for n, value in enumerate(values)})
     event_columns, values = _insert_values(event)
-    params += values
-    sql = (
-        f"WITH p AS (INSERT INTO {PendingCount._meta.db_table} (capability_id, delta) VALUES (%s, -1)),"
+    params.update({f"a{n}": value for n, value in enumerate(values)})
+    take = (
+        f"UPDATE {Hold._meta.db_table} SET {stamped} WHERE id = %(hold)s AND status = 'pending'"
+        " AND (expires_at IS NULL OR expires_at > STATEMENT_TIMESTAMP()) RETURNING id"
+    )
+    write = (
+        f"WITH won AS (SELECT h.id FROM {Hold._meta.db_table} h WHERE h.id = %(hold)s AND h.status = %(status)s"
+        " AND h.decided_at = %(decided_at)s AND h.decided_by = %(decided_by)s"
+        f" AND NOT EXISTS (SELECT 1 FROM {Invocation._meta.db_table} x WHERE x.hold_id = h.id AND x.kind = 'resume')),"
+        f" p AS (INSERT INTO {PendingCount._meta.db_table} (capability_id, delta) SELECT %(capability)s, -1 FROM won),"
         f" t AS (UPDATE {HoldItem._meta.db_table} AS t SET action = v.action, decided_data = v.decided_data,"
-        " comment = v.comment FROM unnest(%s::bigint[], %s::text[], %s::text[], %s::text[])"
-        " AS v(id, action, decided_data, comment) WHERE t.id = v.id),"
-        f" asker AS (SELECT seq, status FROM {Invocation._meta.db_table} WHERE id = %s),"
+        " comment = v.comment FROM won, unnest(%(item_ids)s::bigint[], %(actions)s::text[], %(decided_data)s::text[],"
+        " %(comments)s::text[]) AS v(id, action, decided_data, comment) WHERE t.id = v.id),"
+        f" asker AS (SELECT x.seq, x.status FROM {Invocation._meta.db_table} x, won WHERE x.id = %(asker)s),"
         f" r AS (INSERT INTO {Invocation._meta.db_table}"
         f" ({', '.join(invocation_columns)}, seq, status, next_attempt_at)"
-        f" SELECT {', '.join(['%s'] * len(invocation_columns))}, asker.seq + 1, w.status,"
-        " CASE WHEN w.status = 'pending' THEN %s::timestamptz END FROM asker,"
-        " LATERAL (SELECT CASE WHEN asker.status = ANY(%s) THEN 'waiting' ELSE 'pending' END AS status) AS w"
+        f" SELECT {', '.join(f'%(r{n})s' for n in range(len(invocation_columns)))}, asker.seq + 1, w.status,"
+        " CASE WHEN w.status = 'pending' THEN %(now)s::timestamptz END FROM asker,"
+        " LATERAL (SELECT CASE WHEN asker.status = ANY(%(live)s) THEN 'waiting' ELSE 'pending' END AS status) AS w"
         " RETURNING seq, status, next_attempt_at),"
         f" a AS (INSERT INTO {AuditEvent._meta.db_table} ({', '.join(event_columns)})"
-        f" VALUES ({', '.join(['%s'] * len(event_columns))}))"
+        f" SELECT {', '.join(f'%(a{n})s' for n in range(len(event_columns)))} FROM won)"
         " SELECT seq, status, next_attempt_at FROM r"
     )
-    with connection.cursor() as cursor:
-        cursor.execute(sql, params)
-        invocation.seq, invocation.status, invocation.next_attempt_at = cursor.fetchone()
+    taken, written = _transaction([take, write], params)
+    if not taken:
+        return None
+    invocation.seq, invocation.status, invocation.next_attempt_at = written[0]
     invocation._state.adding = False
     return invocation
 
@@ -810,33 +858,29 @@ def invocation_claim(*, invocation_id: str) -> Claim | None:
     workers racing for one row both run the UPDATE; PostgreSQL re-checks the WHERE clause of the
     second against the first one's result, so only one of them gets a row back. The same statement
     moves a held run on to its resume and returns what the send needs (run, capability), so a
-    claim is one round trip between BEGIN and COMMIT.
+    claim is one round trip, BEGIN and COMMIT included (_transaction).
     """
     if connection.vendor != "postgresql":
         return _invocation_claim_orm(invocation_id=invocation_id)
     now = timezone.now()
-    with transaction.atomic():
-        with connection.cursor() as cursor:
-            # A claim lost in a database crash only means a second send with the same webhook-id,
-            # which delivery is built for; not waiting for the disk halves the cost of a send.
-            # (One round trip: Django's client-side binding cursor sends both statements at once.)
-            cursor.execute(
-                "SET LOCAL synchronous_commit TO OFF; " + _CLAIM_SQL,
-                {"id": invocation_id, "now": now, "grace": float(settings.RQ_LEASE_GRACE)},
-            )
-            cursor.nextset()
-            row = cursor.fetchone()
-        if row is None:
-            return None
-        invocation, run = rows.with_run(*rows.build(_CLAIM_COLUMNS, row))
-        moved = row[-1]
-        if invocation.status == Invocation.Status.PARKED:
-            return None
-        if moved:
-            # A run is held from its suspended answer until its resume is first sent; from then on
-            # the resume is the run's current invocation.
-            run.status, run.seq = Run.Status.RUNNING, invocation.seq
-        return Claim(invocation=invocation, attempt=invocation.attempts)
+    # A claim lost in a database crash only means a second send with the same webhook-id, which
+    # delivery is built for; not waiting for the disk halves the cost of a send.
+    _, claimed = _transaction(
+        ["SET LOCAL synchronous_commit TO OFF", _CLAIM_SQL],
+        {"id": invocation_id, "now": now, "grace": float(settings.RQ_LEASE_GRACE)},
+    )
+    if not claimed:
+        return None
+    row = claimed[0]
+    invocation, run = rows.with_run(*rows.build(_CLAIM_COLUMNS, row))
+    moved = row[-1]
+    if invocation.status == Invocation.Status.PARKED:
+        return None
+    if moved:
+        # A run is held from its suspended answer until its resume is first sent; from then on
+        # the resume is the run's current invocation.
+        run.status, run.seq = Run.Status.RUNNING, invocation.seq
+    return Claim(invocation=invocation, attempt=invocation.attempts)
 
 
 # What a send reads, in the order _CLAIM_SQL returns it; any other field loads on first use.
