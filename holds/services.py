@@ -104,19 +104,19 @@ def _publish_on_commit(invocations: list[Invocation]) -> None:
         transaction.on_commit(lambda: outbox.publish(ids))
 
 
-def _transaction(statements: list[str], params) -> list[list[tuple]]:
+def _transaction(statements: list[str], params, *, savepoint: bool = True) -> list[list[tuple]]:
     """Runs `statements` as one transaction in one round trip (PostgreSQL) and returns each one's
     rows ([] for a statement without any).
 
     Alone, BEGIN and COMMIT are part of the text: psycopg would spend a round trip on each. Inside a
-    caller's transaction the statements join it through a savepoint, so that a failure does not
-    abort it. Each statement takes its own snapshot (READ COMMITTED): a later one sees what an
-    earlier one waited for.
+    caller's transaction the statements join it, through a savepoint unless the caller would roll
+    back anyway on a failure (two round trips saved). Each statement takes its own snapshot (READ
+    COMMITTED): a later one sees what an earlier one waited for.
     """
     sql = "; ".join(statements)
     nested = connection.in_atomic_block
     try:
-        with transaction.atomic() if nested else nullcontext(), connection.cursor() as cursor:
+        with transaction.atomic(savepoint=savepoint) if nested else nullcontext(), connection.cursor() as cursor:
             cursor.execute(sql if nested else f"BEGIN; {sql}; COMMIT", params)
             results = []
             while True:
@@ -224,6 +224,9 @@ def _finish_run(run: Run, *, status: str, actor: Actor, output=None, error: str 
     run.output = output
     run.error = error
     run.finished_at = timezone.now()
+    if connection.vendor == "postgresql":
+        _finish_run_sql(run, actor)
+        return
     run.save(update_fields=["status", "output", "error", "finished_at"])
     # Locked and re-checked, so that a decision committing meanwhile is never overwritten.
     open_holds = Hold.objects.select_for_update().filter(run=run, status=Hold.Status.PENDING)
@@ -242,6 +245,54 @@ def _finish_run(run: Run, *, status: str, actor: Actor, output=None, error: str 
         error=error,
         cancelled_holds=[f"h_{pk}" for pk in cancelled_holds],
         cancelled_invocations=cancelled_invs,
+    )
+
+
+# _finish_run on PostgreSQL, in one round trip. The first statement locks the run's pending holds:
+# a decision or sweep committing meanwhile is waited for, and its hold is then no longer pending. The
+# second, with a snapshot taken after those locks, writes the rest, so it also sees (and cancels) the
+# unsent resume that such a decision wrote.
+_FINISH_RUN_SQL = (
+    "SELECT id FROM holds_hold WHERE run_id = %(run)s AND status = 'pending' FOR UPDATE",
+    """
+WITH finished AS (
+    UPDATE holds_run SET status = %(status)s, output = %(output)s, error = %(error)s, finished_at = %(now)s
+    WHERE id = %(run)s
+), holds AS (
+    UPDATE holds_hold SET status = 'cancelled', decided_at = %(now)s
+    WHERE run_id = %(run)s AND status = 'pending' RETURNING id
+), counted AS (
+    INSERT INTO holds_pendingcount (capability_id, delta)
+    SELECT %(capability)s, -count(*) FROM holds HAVING count(*) > 0
+), invocations AS (
+    UPDATE holds_invocation SET status = 'cancelled', lease_until = NULL
+    WHERE run_id = %(run)s AND status = ANY(%(unsent)s) RETURNING id
+)
+INSERT INTO holds_auditevent (at, actor, kind, run_id_ref, hold_id_ref, invocation_id_ref, data)
+SELECT %(now)s, %(actor)s, %(kind)s, %(run)s, NULL, '', jsonb_build_object(
+    'error', %(error)s::text,
+    'cancelled_holds', COALESCE((SELECT jsonb_agg('h_' || id ORDER BY id) FROM holds), '[]'),
+    'cancelled_invocations', COALESCE((SELECT jsonb_agg(id ORDER BY id) FROM invocations), '[]'))
+""",
+)
+
+
+def _finish_run_sql(run: Run, actor: Actor) -> None:
+    # Always inside the caller's transaction (which locked the run): a failure rolls all of it back.
+    _transaction(
+        list(_FINISH_RUN_SQL),
+        {
+            "run": run.pk,
+            "capability": run.capability_id,
+            "status": run.status,
+            "output": Run._meta.get_field("output").get_db_prep_save(run.output, connection),
+            "error": run.error,
+            "now": run.finished_at,
+            "unsent": [str(status) for status in UNSENT_INVOCATION],
+            "actor": actor.label,
+            "kind": f"run.{run.status}",
+        },
+        savepoint=False,
     )
 
 
@@ -988,8 +1039,8 @@ def invocation_record(*, invocation_id: str, attempt: int, outcome: Outcome) -> 
         locked = _lock_claimed(invocation_id=invocation_id, attempt=attempt)
         if locked is None:
             return "stale"
-        invocation, run = locked
-        result = _apply_outcome(invocation, run, outcome)
+        invocation, run, asked = locked
+        result = _apply_outcome(invocation, run, asked, outcome)
         _write_attempt(invocation=invocation, attempt=attempt, outcome=outcome, result=result)
         _note_stall(run, invocation, outcome)
     return result
@@ -1076,8 +1127,18 @@ FOR NO KEY UPDATE OF i, r
 """
 
 
-def _lock_claimed(*, invocation_id: str, attempt: int) -> tuple[Invocation, Run] | None:
-    """Locks a claimed invocation and its run for recording its answer; None: the claim is stale."""
+# The hold the locked invocation asked (its latest), locked in turn; only its id and status are read.
+_LOCK_ASKED_SQL = """
+SELECT id, status FROM holds_hold WHERE invocation_id = %(id)s
+  AND EXISTS (SELECT 1 FROM holds_invocation WHERE id = %(id)s AND status = 'delivering' AND attempts = %(attempt)s)
+ORDER BY id DESC LIMIT 1 FOR UPDATE
+"""
+
+
+def _lock_claimed(*, invocation_id: str, attempt: int) -> tuple[Invocation, Run, Hold | None] | None:
+    """Locks a claimed invocation and its run for recording its answer, then the hold it asked, if
+    any (a decision or the sweep holds that lock while it creates a resume, so the answer sees that
+    resume rather than racing past it). None: the claim is stale. One round trip on PostgreSQL."""
     if connection.vendor != "postgresql":
         invocation = (
             Invocation.objects.select_for_update(no_key=True)
@@ -1087,13 +1148,16 @@ def _lock_claimed(*, invocation_id: str, attempt: int) -> tuple[Invocation, Run]
         if invocation is None:
             return None
         run = Run.objects.select_for_update(no_key=True, of=("self",)).select_related("capability")
-        return invocation, run.get(pk=invocation.run_id)
-    with connection.cursor() as cursor:
-        cursor.execute(_LOCK_SQL, {"id": invocation_id, "attempt": attempt})
-        row = cursor.fetchone()
-    if row is None:
+        run = run.get(pk=invocation.run_id)
+        asked = Hold.objects.select_for_update().filter(invocation=invocation).order_by("-pk")
+        return invocation, run, asked.only("id", "status").first()
+    locked, asked = _transaction(
+        [_LOCK_SQL, _LOCK_ASKED_SQL], {"id": invocation_id, "attempt": attempt}, savepoint=False
+    )
+    if not locked:
         return None
-    return rows.with_run(*rows.build(_LOCK_COLUMNS, row))
+    invocation, run = rows.with_run(*rows.build(_LOCK_COLUMNS, locked[0]))
+    return invocation, run, (Hold.from_db(connection.alias, ["id", "status"], list(asked[0])) if asked else None)
 
 
 _ATTEMPT_SQL = """
@@ -1146,10 +1210,7 @@ def _write_attempt(*, invocation: Invocation, attempt: int, outcome: Outcome, re
         )
 
 
-def _apply_outcome(invocation: Invocation, run: Run, outcome: Outcome) -> str:
-    # Locked: a decision or the sweep holds this lock while it creates a resume, so the answer
-    # sees that resume (and releases it) rather than racing past it.
-    asked = _lock_asked(invocation)
+def _apply_outcome(invocation: Invocation, run: Run, asked: Hold | None, outcome: Outcome) -> str:
     if outcome.kind == "answer":
         return _apply_answer(invocation, run, outcome.answer, asked)
     if outcome.kind == "gone":
@@ -1184,20 +1245,6 @@ def _apply_outcome(invocation: Invocation, run: Run, outcome: Outcome) -> str:
     invocation.next_attempt_at = timezone.now() + timedelta(seconds=delay)
     _set_invocation(invocation, Invocation.Status.PENDING, error=outcome.error)
     return "retry"
-
-
-def _lock_asked(invocation: Invocation) -> Hold | None:
-    """The hold this invocation asked (its latest), locked; only its id and status are loaded."""
-    if connection.vendor != "postgresql":
-        asked = Hold.objects.select_for_update().filter(invocation=invocation).order_by("-pk")
-        return asked.only("id", "status").first()
-    with connection.cursor() as cursor:
-        cursor.execute(
-            "SELECT id, status FROM holds_hold WHERE invocation_id = %s ORDER BY id DESC LIMIT 1 FOR UPDATE",
-            [invocation.pk],
-        )
-        row = cursor.fetchone()
-    return Hold.from_db(connection.alias, ["id", "status"], list(row)) if row else None
 
 
 def _set_invocation(invocation: Invocation, status: str, *, error: str = "", answer=None) -> None:

@@ -6,7 +6,7 @@ from django.db import IntegrityError, transaction
 from holds import services
 from holds.auth import SYSTEM, actor_for_user
 from holds.errors import Conflict, Forbidden
-from holds.models import Hold, Invocation, Run
+from holds.models import AuditEvent, Hold, Invocation, PendingCount, Run
 from tests import factories
 
 pytestmark = pytest.mark.django_db
@@ -49,14 +49,23 @@ def test_hold_pending_to_cancelled_when_an_admin_fails_the_run(cap, admin_user):
     run, hold = factories.held_hold(cap)
     services.run_fail(run_id=run.pk, actor=actor_for_user(admin_user), reason="stop")
     hold.refresh_from_db()
-    assert hold.status == "cancelled"
+    assert hold.status == "cancelled" and hold.decided_at is not None
+    run.refresh_from_db()
+    assert (run.status, run.error, run.output) == ("failed", "stop", None) and run.finished_at is not None
+    event = AuditEvent.objects.get(kind="run.failed")
+    assert (event.actor, event.run_id_ref) == (actor_for_user(admin_user).label, run.pk)
+    assert event.data == {"error": "stop", "cancelled_holds": [hold.public_id], "cancelled_invocations": []}
+    assert sum(PendingCount.objects.filter(capability=cap).values_list("delta", flat=True)) == 0
 
 
 def test_a_decided_hold_whose_resume_is_unsent_is_cancelled_with_the_run(cap, admin_user, member):
     run, hold = factories.held_hold(cap)
     services.hold_decide(hold_id=hold.pk, actor=actor_for_user(member), body=APPROVE_BOTH)
     services.run_fail(run_id=run.pk, actor=actor_for_user(admin_user), reason="stop")
-    assert Invocation.objects.get(hold=hold).status == "cancelled"
+    resume = Invocation.objects.get(hold=hold)
+    assert resume.status == "cancelled"
+    event = AuditEvent.objects.get(kind="run.failed")
+    assert event.data == {"error": "stop", "cancelled_holds": [], "cancelled_invocations": [resume.id]}
 
 
 @pytest.mark.parametrize("final", ["decided", "expired", "cancelled"])
