@@ -8,6 +8,7 @@ import base64
 import hashlib
 import hmac
 import json
+import threading
 import time
 
 import httpx
@@ -133,14 +134,18 @@ def post_within(client: httpx.Client | None, url: str, body: bytes, headers: dic
 
 
 _client: httpx.Client | None = None
+_client_lock = threading.Lock()
 
 
 def shared_client() -> httpx.Client:
     """One client per process: building one loads the CA bundle (tens of ms), and a shared one keeps
-    connections to agents alive. httpx clients are safe to share between threads."""
+    connections to agents alive. httpx clients are safe to share between threads. Built under a
+    lock: a worker's threads all start at once, and each would otherwise build its own."""
     global _client
     if _client is None:
-        _client = httpx.Client(limits=httpx.Limits(max_connections=100, max_keepalive_connections=20))
+        with _client_lock:
+            if _client is None:
+                _client = httpx.Client(limits=httpx.Limits(max_connections=100, max_keepalive_connections=20))
     return _client
 
 

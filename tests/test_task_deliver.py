@@ -448,3 +448,30 @@ def test_a_resume_delivery_costs_a_fixed_number_of_queries(agent, acap, django_a
     with django_assert_num_queries(9 if connection.vendor == "postgresql" else 17):
         assert delivery.deliver(resume.id) == "answered"
     assert agent.requests[-1]["headers"]["webhook-id"] == resume.id
+
+
+def test_a_workers_threads_starting_together_share_one_http_client(monkeypatch):
+    import threading
+    import time
+
+    built = []
+
+    class SlowClient:
+        def __init__(self, **kwargs):
+            time.sleep(0.05)  # as loading the CA bundle does: wide enough for every thread to race
+            built.append(self)
+
+    monkeypatch.setattr(delivery, "_client", None)
+    monkeypatch.setattr(delivery.httpx, "Client", SlowClient)
+    start, got = threading.Barrier(16), []
+
+    def worker():
+        start.wait()
+        got.append(delivery.shared_client())
+
+    threads = [threading.Thread(target=worker) for _ in range(16)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert len(built) == 1 and all(client is built[0] for client in got) and len(got) == 16
