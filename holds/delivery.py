@@ -10,6 +10,7 @@ import hmac
 import json
 import threading
 import time
+from collections import Counter
 
 import httpx
 from django.conf import settings
@@ -149,17 +150,60 @@ def shared_client() -> httpx.Client:
     return _client
 
 
+# Deliveries in flight from this process, per endpoint URL. An agent that hangs is only known as
+# stalled after its first timeout; until then every delivery to it holds a worker thread, and a
+# burst to it would take them all. Capped, it takes at most RQ_ENDPOINT_MAX_IN_FLIGHT of them.
+_in_flight: Counter = Counter()
+_in_flight_lock = threading.Lock()
+
+
+def _take_slot(url: str) -> bool:
+    with _in_flight_lock:
+        if _in_flight[url] >= settings.RQ_ENDPOINT_MAX_IN_FLIGHT:
+            return False
+        _in_flight[url] += 1
+        return True
+
+
+def _free_slot(url: str) -> None:
+    with _in_flight_lock:
+        _in_flight[url] -= 1
+        if not _in_flight[url]:
+            del _in_flight[url]
+
+
 def deliver(invocation_id: str, *, client: httpx.Client | None = None) -> str:
     """One delivery attempt of one invocation. Safe to call twice: only the claim holder sends."""
     claim = services.invocation_claim(invocation_id=invocation_id)
     if claim is None:
         return "not-due"
     invocation = claim.invocation
+    url = invocation.run.endpoint.rstrip("/") + "/invoke"
+    # Waiting in the database costs nothing; waiting here would hold a worker thread.
+    if not _take_slot(url):
+        return services.invocation_defer(
+            invocation_id=invocation.id,
+            attempt=claim.attempt,
+            wait=settings.RQ_BUSY_WAIT,
+            reason=f"deferred: {settings.RQ_ENDPOINT_MAX_IN_FLIGHT} deliveries to this endpoint were in flight",
+        )
+    try:
+        return _send(claim, url, client)
+    finally:
+        _free_slot(url)
+
+
+def _send(claim: services.Claim, url: str, client: httpx.Client | None) -> str:
+    invocation = claim.invocation
     capability = invocation.run.capability
     if capability.endpoint_stalled_at is not None and not services.endpoint_take_probe(capability=capability):
-        # The endpoint let an attempt time out and another delivery is trying it: waiting in the
-        # database costs nothing, waiting here would hold a worker thread for the whole timeout.
-        return services.invocation_defer(invocation_id=invocation.id, attempt=claim.attempt)
+        # The endpoint let an attempt time out and another delivery is trying it.
+        return services.invocation_defer(
+            invocation_id=invocation.id,
+            attempt=claim.attempt,
+            wait=settings.RQ_STALLED_WAIT,
+            reason="deferred: the endpoint gave no answer within its timeout; another delivery is trying it",
+        )
     body = json.dumps(invocation_body(invocation), separators=(",", ":")).encode()
     timestamp = int(time.time())
     headers = {
@@ -169,7 +213,6 @@ def deliver(invocation_id: str, *, client: httpx.Client | None = None) -> str:
         "webhook-signature": sign(capability.secret, invocation.id, timestamp, body),
         "user-agent": "ReviewQueue/0",
     }
-    url = invocation.run.endpoint.rstrip("/") + "/invoke"
     started_at = timezone.now()
     start = time.monotonic()
     response, error, timed_out = None, "", False

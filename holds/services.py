@@ -1077,11 +1077,11 @@ def endpoint_take_probe(*, capability: Capability) -> bool:
     return bool(taken) or not Capability.objects.filter(pk=capability.pk, endpoint_stalled_at__isnull=False).exists()
 
 
-def invocation_defer(*, invocation_id: str, attempt: int) -> str:
-    """Hands a claimed, unsent invocation back to wait while its endpoint is stalled: no attempt is
-    counted (nothing was sent), and the relay hands it out again after RQ_STALLED_WAIT (jittered, so
-    the waiting deliveries do not all come back at once)."""
-    wait = settings.RQ_STALLED_WAIT * random.uniform(0.8, 1.2)
+def invocation_defer(*, invocation_id: str, attempt: int, wait: float, reason: str) -> str:
+    """Hands a claimed, unsent invocation back to wait (its endpoint is stalled or busy): no attempt
+    is counted (nothing was sent), and the relay hands it out again after `wait` seconds (jittered,
+    so the waiting deliveries do not all come back at once)."""
+    wait *= random.uniform(0.8, 1.2)
     Invocation.objects.filter(pk=invocation_id, status=Invocation.Status.DELIVERING, attempts=attempt).update(
         status=Invocation.Status.PENDING,
         attempts=F("attempts") - 1,
@@ -1089,7 +1089,7 @@ def invocation_defer(*, invocation_id: str, attempt: int) -> str:
         first_sent_at=Case(When(attempts=1, then=None), default=F("first_sent_at")),
         lease_until=None,
         next_attempt_at=timezone.now() + timedelta(seconds=wait),
-        last_error="deferred: the endpoint gave no answer within its timeout; another delivery is trying it",
+        last_error=reason,
     )
     # Not "waiting": that is the status of a resume held back until its asker has answered.
     return "deferred"

@@ -373,6 +373,42 @@ def test_while_an_endpoint_is_stalled_concurrent_deliveries_send_one_at_a_time(a
     assert DeliveryAttempt.objects.filter(invocation_id__in=ids).count() == 1
 
 
+@pytest.mark.needs_postgres  # threads with their own connections: SQLite locks the table
+@pytest.mark.django_db(transaction=True)
+def test_one_endpoint_takes_at_most_its_share_of_a_workers_threads(agent, acap, settings):
+    import threading
+    import time
+
+    settings.RQ_ENDPOINT_MAX_IN_FLIGHT, settings.RQ_BUSY_WAIT = 2, 5
+
+    def slow(request):
+        time.sleep(1.5)  # long enough for every thread to find the two slots taken
+        return 200, {"status": "completed", "output": {}}
+
+    agent.default = slow
+    ids = [Invocation.objects.get(run=factories.start_run(acap)).id for _ in range(5)]
+    barrier, results = threading.Barrier(len(ids)), {}
+
+    def one(invocation_id):
+        try:
+            barrier.wait()
+            results[invocation_id] = delivery.deliver(invocation_id)
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=one, args=(i,)) for i in ids]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(results.values()) == ["answered"] * 2 + ["deferred"] * 3
+    assert len(agent.requests) == 2 and delivery._in_flight == {}
+    waiting = Invocation.objects.filter(pk__in=[i for i, r in results.items() if r == "deferred"])
+    assert {(w.status, w.attempts, w.first_sent_at) for w in waiting} == {("pending", 0, None)}
+    assert all(3.9 <= (w.next_attempt_at - w.created_at).total_seconds() <= 7.5 for w in waiting)
+    assert {w.last_error for w in waiting} == {"deferred: 2 deliveries to this endpoint were in flight"}
+
+
 def test_the_relay_finds_what_publishing_lost(agent, acap, monkeypatch, django_capture_on_commit_callbacks):
     def broken_delay(*args, **kwargs):
         raise ConnectionError("broker down")
