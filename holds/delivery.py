@@ -10,7 +10,6 @@ import hmac
 import json
 import threading
 import time
-from collections import Counter
 
 import httpx
 from django.conf import settings
@@ -150,25 +149,32 @@ def shared_client() -> httpx.Client:
     return _client
 
 
-# Deliveries in flight from this process, per endpoint URL. An agent that hangs is only known as
-# stalled after its first timeout; until then every delivery to it holds a worker thread, and a
-# burst to it would take them all. Capped, it takes at most RQ_ENDPOINT_MAX_IN_FLIGHT of them.
-_in_flight: Counter = Counter()
+# Calls in flight from this process, per endpoint URL: {call: when it started}. An agent that hangs is
+# only known as stalled after its first timeout; until then every delivery to it holds a worker
+# thread, and a burst to it would take them all. So once RQ_ENDPOINT_MAX_IN_FLIGHT calls to one
+# endpoint have each waited over RQ_SLOW_CALL seconds, the next deliveries to it wait in the database.
+# Calls younger than that never count: a busy worker's fast calls are many at once, but not slow.
+_in_flight: dict[str, dict[object, float]] = {}
 _in_flight_lock = threading.Lock()
 
 
-def _take_slot(url: str) -> bool:
+def _take_slot(url: str) -> object | None:
+    now = time.monotonic()
     with _in_flight_lock:
-        if _in_flight[url] >= settings.RQ_ENDPOINT_MAX_IN_FLIGHT:
-            return False
-        _in_flight[url] += 1
-        return True
+        calls = _in_flight.setdefault(url, {})
+        slow = sum(1 for started in calls.values() if now - started > settings.RQ_SLOW_CALL)
+        if slow >= settings.RQ_ENDPOINT_MAX_IN_FLIGHT:
+            return None
+        call = object()
+        calls[call] = now
+        return call
 
 
-def _free_slot(url: str) -> None:
+def _free_slot(url: str, call: object) -> None:
     with _in_flight_lock:
-        _in_flight[url] -= 1
-        if not _in_flight[url]:
+        calls = _in_flight[url]
+        del calls[call]
+        if not calls:
             del _in_flight[url]
 
 
@@ -180,17 +186,18 @@ def deliver(invocation_id: str, *, client: httpx.Client | None = None) -> str:
     invocation = claim.invocation
     url = invocation.run.endpoint.rstrip("/") + "/invoke"
     # Waiting in the database costs nothing; waiting here would hold a worker thread.
-    if not _take_slot(url):
+    call = _take_slot(url)
+    if call is None:
         return services.invocation_defer(
             invocation_id=invocation.id,
             attempt=claim.attempt,
             wait=settings.RQ_BUSY_WAIT,
-            reason=f"deferred: {settings.RQ_ENDPOINT_MAX_IN_FLIGHT} deliveries to this endpoint were in flight",
+            reason=f"deferred: {settings.RQ_ENDPOINT_MAX_IN_FLIGHT} calls to this endpoint were slow in flight",
         )
     try:
         return _send(claim, url, client)
     finally:
-        _free_slot(url)
+        _free_slot(url, call)
 
 
 def _send(claim: services.Claim, url: str, client: httpx.Client | None) -> str:

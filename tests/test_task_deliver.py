@@ -379,34 +379,40 @@ def test_one_endpoint_takes_at_most_its_share_of_a_workers_threads(agent, acap, 
     import threading
     import time
 
-    settings.RQ_ENDPOINT_MAX_IN_FLIGHT, settings.RQ_BUSY_WAIT = 2, 5
+    settings.RQ_ENDPOINT_MAX_IN_FLIGHT, settings.RQ_SLOW_CALL, settings.RQ_BUSY_WAIT = 2, 0.5, 5
 
     def slow(request):
-        time.sleep(1.5)  # long enough for every thread to find the two slots taken
+        time.sleep(2.5)
         return 200, {"status": "completed", "output": {}}
 
     agent.default = slow
-    ids = [Invocation.objects.get(run=factories.start_run(acap)).id for _ in range(5)]
-    barrier, results = threading.Barrier(len(ids)), {}
+    Capability.objects.filter(pk=acap.pk).update(timeout_seconds=10)  # slow, not timing out
+    ids = [Invocation.objects.get(run=factories.start_run(acap)).id for _ in range(6)]
+    results = {}
 
     def one(invocation_id):
         try:
-            barrier.wait()
             results[invocation_id] = delivery.deliver(invocation_id)
         finally:
             connection.close()
 
-    threads = [threading.Thread(target=one, args=(i,)) for i in ids]
-    for t in threads:
+    # Three calls start together: none is slow yet, so all three go out. Once they have waited over
+    # RQ_SLOW_CALL, three more come: the cap of two slow calls is reached, and they wait.
+    first = [threading.Thread(target=one, args=(i,)) for i in ids[:3]]
+    for t in first:
         t.start()
-    for t in threads:
+    time.sleep(1.2)
+    later = [threading.Thread(target=one, args=(i,)) for i in ids[3:]]
+    for t in later:
+        t.start()
+    for t in first + later:
         t.join()
-    assert sorted(results.values()) == ["answered"] * 2 + ["deferred"] * 3
-    assert len(agent.requests) == 2 and delivery._in_flight == {}
+    assert [results[i] for i in ids] == ["answered"] * 3 + ["deferred"] * 3
+    assert len(agent.requests) == 3 and delivery._in_flight == {}
     waiting = Invocation.objects.filter(pk__in=[i for i, r in results.items() if r == "deferred"])
     assert {(w.status, w.attempts, w.first_sent_at) for w in waiting} == {("pending", 0, None)}
     assert all(3.9 <= (w.next_attempt_at - w.created_at).total_seconds() <= 7.5 for w in waiting)
-    assert {w.last_error for w in waiting} == {"deferred: 2 deliveries to this endpoint were in flight"}
+    assert {w.last_error for w in waiting} == {"deferred: 2 calls to this endpoint were slow in flight"}
 
 
 def test_the_relay_finds_what_publishing_lost(agent, acap, monkeypatch, django_capture_on_commit_callbacks):
