@@ -2,7 +2,8 @@
 
 This bypasses services.py on purpose: it writes the end states that the write path would have
 produced (asked, decided, expired holds with their runs, invocations, items and audit rows), a
-million at a time. It assumes nothing else writes to these tables while it runs.
+million at a time. It assumes nothing else writes to these tables while it runs. copy_run writes
+thousands of copies of one run that the write path made, for benchmarks that need them live.
 """
 
 import hashlib
@@ -10,6 +11,7 @@ import json
 import random
 import secrets
 from collections import Counter
+from dataclasses import dataclass
 from datetime import timedelta
 
 from django.db import connection, transaction
@@ -17,7 +19,17 @@ from django.utils import timezone
 
 from .auth import run_token_hash
 from .config import new_secret
-from .models import AuditEvent, Capability, Hold, HoldItem, Invocation, PendingCount, Run
+from .models import (
+    AuditEvent,
+    Capability,
+    DeliveryAttempt,
+    Hold,
+    HoldItem,
+    Invocation,
+    PendingCount,
+    Run,
+    new_invocation_id,
+)
 
 PAYEES = ["Aksa Lojistik", "Acme", "Globex", "Initech", "Umbrella", "Stark Industries", "Wayne Ent.", "Hooli"]
 CHUNK = 20_000
@@ -325,3 +337,132 @@ def seed(
         with connection.cursor() as cursor:
             cursor.execute("ANALYZE")  # VACUUM cannot run inside a transaction (tests seed in one)
     return counts
+
+
+@dataclass(frozen=True)
+class RunCopy:
+    run_id: int
+    invocation_id: str
+    hold_id: int | None
+
+
+# One row per copy: the ids it is given and the values that name them.
+_COPIES = (
+    "unnest(%(run_ids)s::bigint[], %(invocation_ids)s::text[], %(token_hashes)s::text[], %(answers)s::text[],"
+    " %(hold_ids)s::bigint[], %(search_texts)s::text[]) WITH ORDINALITY"
+    " AS x(run_id, invocation_id, token_hash, answer, hold_id, search_text, n)"
+)
+
+
+def copy_run(run_id: int, count: int) -> list[RunCopy]:
+    """`count` copies of run `run_id`, which the write path made, with every row it wrote (PostgreSQL).
+
+    A benchmark that needs thousands of live runs makes one through services.py (a claimed start
+    invocation, or a held hold) and copies it here, a few statements for all of them instead of a
+    dozen round trips each. Every column is the original's but the ids and what names them: the
+    invocation's id and token hash (so each copy has its own run token, live when the original's
+    is), the hold's run and invocation, its search text, the suspended answer naming the hold, the
+    audit events' references and the asking run's actor. Times are the original's. A pending hold
+    also gets the +1 pending count its ask wrote (that row names no hold, so it is written anew).
+    The run must have exactly one invocation, its start (a run with more is refused).
+    """
+    invocations = list(Invocation.objects.filter(run_id=run_id))
+    if len(invocations) != 1:
+        raise ValueError(f"r_{run_id} has {len(invocations)} invocations; copy_run copies a run with one")
+    invocation, hold = invocations[0], Hold.objects.filter(run_id=run_id).first()
+    run_ids = _allocate_ids(Run, count)
+    hold_ids = _allocate_ids(Hold, count) if hold else [None] * count
+    invocation_ids = [new_invocation_id() for _ in range(count)]
+    answer = Invocation._meta.get_field("answer")
+    params = {
+        "run": run_id,
+        "invocation": invocation.id,
+        "hold": hold.pk if hold else None,
+        "capability": hold.capability_id if hold else None,
+        "run_actor": f"run r_{run_id}",
+        "run_ids": run_ids,
+        "invocation_ids": invocation_ids,
+        "token_hashes": [run_token_hash(i) for i in invocation_ids],
+        "answers": [answer.get_prep_value(_answer_naming(invocation.answer, hold, h)) for h in hold_ids],
+        "hold_ids": hold_ids,
+        "search_texts": [_search_text_naming(hold, run_id, r) for r in run_ids] if hold else [None] * count,
+    }
+    statements = [
+        _copy(Run, "t.id = %(run)s", {"id": "x.run_id"}),
+        _copy(
+            Invocation,
+            "t.id = %(invocation)s",
+            {"id": "x.invocation_id", "run_id": "x.run_id", "token_hash": "x.token_hash", "answer": "x.answer"},
+        ),
+        _copy(
+            AuditEvent,
+            "t.run_id_ref = %(run)s",
+            {
+                "run_id_ref": "x.run_id",
+                "hold_id_ref": "CASE WHEN t.hold_id_ref = %(hold)s THEN x.hold_id ELSE t.hold_id_ref END",
+                "invocation_id_ref": "CASE WHEN t.invocation_id_ref = %(invocation)s THEN x.invocation_id"
+                " ELSE t.invocation_id_ref END",
+                "actor": "CASE WHEN t.actor = %(run_actor)s THEN 'run r_' || x.run_id ELSE t.actor END",
+            },
+        ),
+        _copy(DeliveryAttempt, "t.invocation_id = %(invocation)s", {"invocation_id": "x.invocation_id"}),
+    ]
+    if hold:
+        statements += [
+            _copy(
+                Hold,
+                "t.id = %(hold)s",
+                {
+                    "id": "x.hold_id",
+                    "run_id": "x.run_id",
+                    "invocation_id": "x.invocation_id",
+                    "search_text": "x.search_text",
+                },
+            ),
+            _copy(HoldItem, "t.hold_id = %(hold)s", {"hold_id": "x.hold_id"}),
+        ]
+    if hold and hold.status == Hold.Status.PENDING:
+        statements.append(
+            f"INSERT INTO {PendingCount._meta.db_table} (capability_id, delta) SELECT %(capability)s, 1 FROM {_COPIES}"
+        )
+    with transaction.atomic(), connection.cursor() as cursor:
+        for sql in statements:
+            cursor.execute(sql, params)
+    return [RunCopy(*ids) for ids in zip(run_ids, invocation_ids, hold_ids, strict=True)]
+
+
+def _allocate_ids(model, count: int) -> list[int]:
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT nextval(pg_get_serial_sequence(%s, 'id')) FROM generate_series(1, %s)",
+            [model._meta.db_table, count],
+        )
+        return [row[0] for row in cursor.fetchall()]
+
+
+def _copy(model, where: str, replaced: dict[str, str]) -> str:
+    """INSERT … SELECT of `model`'s rows matching `where` (alias t), once per copy (alias x), with
+    `replaced` columns computed; a primary key not replaced is the table's own default. Rows go in
+    copy by copy, each copy's in the original's order, as the write path would have written them."""
+    quote = connection.ops.quote_name
+    columns = [f.column for f in model._meta.concrete_fields if not f.primary_key or f.column in replaced]
+    values = [replaced.get(column, f"t.{quote(column)}") for column in columns]
+    return (
+        f"INSERT INTO {model._meta.db_table} ({', '.join(quote(c) for c in columns)})"
+        f" SELECT {', '.join(values)} FROM {model._meta.db_table} t, {_COPIES} WHERE {where} ORDER BY x.n, t.id"
+    )
+
+
+def _answer_naming(answer, hold: Hold | None, hold_id: int | None):
+    """The original invocation's answer, for a copy: a suspended answer names the copy's hold."""
+    if hold is not None and isinstance(answer, dict) and answer.get("hold_id") == hold.public_id:
+        return {**answer, "hold_id": f"h_{hold_id}"}
+    return answer
+
+
+def _search_text_naming(hold: Hold, run_id: int, copy_run_id: int) -> str:
+    """The hold's search text with the copy's run id in place of the original's (services._search_parts)."""
+    head, found, tail = hold.search_text.partition(f" r_{run_id} ")
+    if not found:
+        raise ValueError(f"the search text of {hold.public_id} does not name its run r_{run_id}")
+    return f"{head} r_{copy_run_id} {tail}"
