@@ -225,28 +225,33 @@ def test_it_never_blocks_the_ask_when_the_broker_is_down(
     assert [r.hold_id for r in caplog.records if "could not enqueue" in r.getMessage()] == [hold.pk]
 
 
+@pytest.fixture
+def enqueued(monkeypatch):
+    """The notification tasks published, by their arguments."""
+    calls = []
+    monkeypatch.setattr(notify_tasks.notify, "delay", lambda *args: calls.append(args))
+    return calls
+
+
+def asking():
+    """A run whose start invocation a worker is delivering: (the invocation, its run token)."""
+    return factories.deliver_now(factories.start_run(factories.capability()))
+
+
 def test_it_is_enqueued_when_the_run_is_held_on_the_hold_not_by_the_ask(
-    people, monkeypatch, django_capture_on_commit_callbacks
+    people, enqueued, django_capture_on_commit_callbacks
 ):
-    sent = []
-    monkeypatch.setattr(notify_tasks.notify, "delay", lambda *args: sent.append(args))
-    run = factories.start_run(factories.capability())
-    invocation, token = factories.deliver_now(run)
+    invocation, token = asking()
     with django_capture_on_commit_callbacks(execute=True):
         hold = services.hold_ask_by_token(token=token, body=factories.ask_body())
-    assert sent == []  # the ask's request publishes nothing
+    assert enqueued == []  # the ask's request publishes nothing
     with django_capture_on_commit_callbacks(execute=True):
         factories.answer(invocation, {"status": "suspended", "hold_id": hold.public_id})
-    assert sent == [(hold.pk, "asked")]
+    assert enqueued == [(hold.pk, "asked")]
 
 
-def test_a_hold_decided_before_its_run_is_held_is_not_announced(
-    people, monkeypatch, django_capture_on_commit_callbacks
-):
-    sent = []
-    monkeypatch.setattr(notify_tasks.notify, "delay", lambda *args: sent.append(args))
-    run = factories.start_run(factories.capability())
-    invocation, _ = factories.deliver_now(run)
+def test_a_hold_decided_before_its_run_is_held_is_not_announced(people, enqueued, django_capture_on_commit_callbacks):
+    invocation, _ = asking()
     hold = services.hold_ask(invocation=invocation, body=factories.ask_body())
     services.hold_decide(
         hold_id=hold.pk,
@@ -255,14 +260,11 @@ def test_a_hold_decided_before_its_run_is_held_is_not_announced(
     )
     with django_capture_on_commit_callbacks(execute=True):
         factories.answer(invocation, {"status": "suspended", "hold_id": hold.public_id})
-    assert Hold.objects.get(pk=hold.pk).status == "decided" and sent == []
+    assert Hold.objects.get(pk=hold.pk).status == "decided" and enqueued == []
 
 
-def test_an_asker_that_dies_still_gets_its_hold_announced(people, monkeypatch, django_capture_on_commit_callbacks):
-    sent = []
-    monkeypatch.setattr(notify_tasks.notify, "delay", lambda *args: sent.append(args))
-    run = factories.start_run(factories.capability())
-    invocation, _ = factories.deliver_now(run)
+def test_an_asker_that_dies_still_gets_its_hold_announced(people, enqueued, django_capture_on_commit_callbacks):
+    invocation, _ = asking()
     hold = services.hold_ask(invocation=invocation, body=factories.ask_body())
     invocation.refresh_from_db()
     with django_capture_on_commit_callbacks(execute=True):
@@ -271,7 +273,7 @@ def test_an_asker_that_dies_still_gets_its_hold_announced(people, monkeypatch, d
             attempt=invocation.attempts,
             outcome=services.Outcome(kind="retry", error="no answer within 30s", timed_out=True),
         )
-    assert sent == [(hold.pk, "asked")]
+    assert enqueued == [(hold.pk, "asked")]
 
 
 def test_it_catches_up_on_asks_whose_enqueue_was_lost(people, monkeypatch):
