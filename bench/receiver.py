@@ -7,6 +7,13 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 
+class _Server(ThreadingHTTPServer):
+    # A worker that starts opens its keep-alive connections all at once; http.server's backlog of 5
+    # resets some of them (real agent servers listen with 128 or more).
+    request_queue_size = 128
+    daemon_threads = True
+
+
 class Receiver:
     def __init__(self, hang_seconds: float = 0.0):
         self.arrivals: dict[str, float] = {}
@@ -45,8 +52,7 @@ class Receiver:
             def log_message(self, *args):
                 pass
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.server.daemon_threads = True
+        self.server = _Server(("127.0.0.1", 0), Handler)
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
 

@@ -4,7 +4,8 @@ Latency: >= 300 decisions, each against a bare Celery delay() → worker → HTT
 same run (alternating), p50/p95/p99. Goal: decision p50 <= 3x the bare hop's p50.
 Drain: 2,000 resumes queued at once, then 2 worker processes start; resumes per second from the
 first arrival to the last. Goal >= 250/s. Then again with 10 % of them going to an agent that hangs
-until its timeout: the others still drain at >= 80 % of the first rate.
+until its timeout: the others still drain at >= 80 % of the first rate. Three rounds of the two,
+alternating; medians.
 Real parts: PostgreSQL, a private Redis, `celery worker` processes (2 processes, RQ_BENCH_THREADS each).
 """
 
@@ -16,10 +17,11 @@ from collections import Counter
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from bench.common import percentile, save, setup_django  # noqa: E402
+from bench.common import median, percentile, save, setup_django  # noqa: E402
 
 DECISIONS = int(os.environ.get("RQ_BENCH_DECISIONS", "300"))
 BURST = int(os.environ.get("RQ_BENCH_BURST", "2000"))
+DRAIN_ROUNDS = int(os.environ.get("RQ_BENCH_DRAIN_ROUNDS", "3"))
 # Threads per worker process. A delivery to a hanging agent holds its thread until the timeout, so
 # with 10 % hanging at 3 s and ~100 deliveries/s about 30 threads are waiting at any moment: the pool
 # must be larger than that for the others to keep their rate (each thread keeps one DB connection).
@@ -59,7 +61,7 @@ def main():
     from bench.receiver import Receiver
     from holds import services
     from holds.auth import actor_for_account
-    from holds.models import Invocation
+    from holds.models import Capability, Invocation
     from tests import factories
     from tests.processes import service_env
 
@@ -140,15 +142,23 @@ def main():
             ids = [decide(h) for h in holds]
             normal_ids = [inv for i, inv in enumerate(ids) if not (every and i % every == 0)]
             workers()
-            assert fast.wait_for(normal_ids, 600), "the burst did not drain"
+            assert fast.wait_for(normal_ids, 180), "the burst did not drain within 3 minutes"
             times = sorted(fast.arrivals[i] for i in normal_ids)
             return len(normal_ids) / (times[-1] - times[0])
 
-        print(f"resume: draining a burst of {BURST} …", flush=True)
-        rate = burst(0.0)
-        print(f"resume: drained {BURST} at {rate:.0f}/s", flush=True)
-        rate_hanging = burst(0.10)
-        print(f"resume: with 10 % hanging, the others drained at {rate_hanging:.0f}/s", flush=True)
+        # Alternating rounds, medians compared: one burst's rate moves by a fifth from run to run here.
+        # Each hanging round starts cold, its endpoint not yet known to be stalled.
+        rates, rates_hanging = [], []
+        for n in range(DRAIN_ROUNDS):
+            print(f"resume: draining a burst of {BURST} (round {n + 1} of {DRAIN_ROUNDS}) …", flush=True)
+            rates.append(burst(0.0))
+            Capability.objects.filter(pk=hanging.pk).update(endpoint_stalled_at=None, endpoint_probe_until=None)
+            rates_hanging.append(burst(0.10))
+            print(
+                f"resume: drained at {rates[-1]:.0f}/s; with 10 % hanging, the others at {rates_hanging[-1]:.0f}/s",
+                flush=True,
+            )
+        rate, rate_hanging = median(rates), median(rates_hanging)
 
         # The ceiling for a drain here: the same workers draining bare delay() -> POST hops, with no
         # database at all. A delivery cannot drain faster than the hop it is built on.
@@ -183,9 +193,10 @@ def main():
                 "ok": None,
             },
             {
-                "figure": f"burst of {BURST} resumes drains (2 worker processes × {THREADS} threads)",
+                "figure": f"burst of {BURST} resumes drains (2 worker processes × {THREADS} threads; "
+                f"median of {DRAIN_ROUNDS} rounds)",
                 "goal": ">= 250/s",
-                "measured": f"{rate:.0f}/s",
+                "measured": f"{rate:.0f}/s (rounds: {', '.join(f'{r:.0f}' for r in rates)})",
                 "ok": rate >= 250,
             },
             {
@@ -197,7 +208,8 @@ def main():
             {
                 "figure": "the same with 10 % of agents hanging until timeout (others' rate)",
                 "goal": ">= 80 % of it",
-                "measured": f"{rate_hanging:.0f}/s = {rate_hanging / rate:.0%}",
+                "measured": f"{rate_hanging:.0f}/s = {rate_hanging / rate:.0%} "
+                f"(rounds, alternating with the above: {', '.join(f'{r:.0f}' for r in rates_hanging)})",
                 "ok": rate_hanging >= 0.8 * rate,
             },
         ],

@@ -195,22 +195,28 @@ def deliver(invocation_id: str, *, client: httpx.Client | None = None) -> str:
             reason=f"deferred: {settings.RQ_ENDPOINT_MAX_IN_FLIGHT} calls to this endpoint were slow in flight",
         )
     try:
-        return _send(claim, url, client)
+        # The slot covers the call alone, the agent's time: recording the answer is ours.
+        outcome = _call(claim, url, client)
     finally:
         _free_slot(url, call)
+    if outcome is None:
+        return "deferred"
+    return services.invocation_record(invocation_id=invocation.id, attempt=claim.attempt, outcome=outcome)
 
 
-def _send(claim: services.Claim, url: str, client: httpx.Client | None) -> str:
+def _call(claim: services.Claim, url: str, client: httpx.Client | None) -> services.Outcome | None:
+    """Sends the claimed invocation and classifies what came back (None: not sent, it waits)."""
     invocation = claim.invocation
     capability = invocation.run.capability
     if capability.endpoint_stalled_at is not None and not services.endpoint_take_probe(capability=capability):
         # The endpoint let an attempt time out and another delivery is trying it.
-        return services.invocation_defer(
+        services.invocation_defer(
             invocation_id=invocation.id,
             attempt=claim.attempt,
             wait=settings.RQ_STALLED_WAIT,
             reason="deferred: the endpoint gave no answer within its timeout; another delivery is trying it",
         )
+        return None
     body = json.dumps(invocation_body(invocation), separators=(",", ":")).encode()
     timestamp = int(time.time())
     headers = {
@@ -230,5 +236,4 @@ def _send(claim: services.Claim, url: str, client: httpx.Client | None) -> str:
     except httpx.HTTPError as exc:
         error = f"{type(exc).__name__}: {exc}"[:ERROR_EXCERPT]
     latency_ms = int((time.monotonic() - start) * 1000)
-    outcome = classify(response, error, latency_ms, started_at, timed_out=timed_out)
-    return services.invocation_record(invocation_id=invocation.id, attempt=claim.attempt, outcome=outcome)
+    return classify(response, error, latency_ms, started_at, timed_out=timed_out)
