@@ -15,7 +15,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench.common import median, save, setup_django  # noqa: E402
 
-ROUNDS = int(os.environ.get("RQ_BENCH_ROUNDS", "5"))
+ROUNDS = int(os.environ.get("RQ_BENCH_ROUNDS", "9"))
 PER_ROUND = int(os.environ.get("RQ_BENCH_PER_ROUND", "300"))
 THREADS = 8
 
