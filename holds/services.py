@@ -663,8 +663,8 @@ def _write_decision(
     text is the same for 1 and 100 items (one array per column); the ORM needs six round trips and
     builds a CASE per field and item for the items.
     """
-    pending = Q(pk=hold.pk, status=Hold.Status.PENDING) & (Q(expires_at__isnull=True) | Q(expires_at__gt=Now()))
     if connection.vendor != "postgresql":
+        pending = Q(pk=hold.pk, status=Hold.Status.PENDING) & (Q(expires_at__isnull=True) | Q(expires_at__gt=Now()))
         with transaction.atomic():
             if Hold.objects.filter(pending).update(**stamp) != 1:
                 return None
