@@ -27,7 +27,7 @@ from django.db.models import Case, F, Q, When
 from django.db.models.functions import Coalesce, Now
 from django.utils import timezone
 
-from . import notifications, outbox, rows
+from . import notifications, outbox, prepared, rows
 from .auth import (
     LIVE_TOKEN_SQL,
     RUN_TOKEN_HASH_SQL,
@@ -105,24 +105,19 @@ def _publish_on_commit(invocations: list[Invocation]) -> None:
 
 
 def _transaction(statements: list[str], params, *, savepoint: bool = True) -> list[list[tuple]]:
-    """Runs `statements` as one transaction in one round trip (PostgreSQL) and returns each one's
-    rows ([] for a statement without any).
+    """Runs `statements` as one transaction in one round trip (PostgreSQL, `prepared.send`) and returns
+    each one's rows ([] for a statement without any).
 
-    Alone, BEGIN and COMMIT are part of the text: psycopg would spend a round trip on each. Inside a
-    caller's transaction the statements join it, through a savepoint unless the caller would roll
-    back anyway on a failure (two round trips saved). Each statement takes its own snapshot (READ
-    COMMITTED): a later one sees what an earlier one waited for.
+    Alone, BEGIN and COMMIT are sent with them. Inside a caller's transaction the statements join
+    it, through a savepoint unless the caller would roll back anyway on a failure (two round trips
+    saved). Each statement takes its own snapshot (READ COMMITTED): a later one sees what an
+    earlier one waited for.
     """
-    sql = "; ".join(statements)
+    batch = [(statement, params if "%(" in statement else None) for statement in statements]
     nested = connection.in_atomic_block
     try:
-        with transaction.atomic(savepoint=savepoint) if nested else nullcontext(), connection.cursor() as cursor:
-            cursor.execute(sql if nested else f"BEGIN; {sql}; COMMIT", params)
-            results = []
-            while True:
-                results.append(cursor.fetchall() if cursor.description is not None else [])
-                if not cursor.nextset():
-                    break
+        with transaction.atomic(savepoint=savepoint) if nested else nullcontext():
+            results = prepared.send(batch if nested else [("BEGIN", None), *batch, ("COMMIT", None)])
     except BaseException:
         if not nested and connection.connection is not None:
             # A failed statement leaves the spelled-out transaction open and aborted.
@@ -279,21 +274,18 @@ SELECT %(now)s, %(actor)s, %(kind)s, %(run)s, NULL, '', jsonb_build_object(
 
 def _finish_run_sql(run: Run, actor: Actor) -> None:
     # Always inside the caller's transaction (which locked the run): a failure rolls all of it back.
-    _transaction(
-        list(_FINISH_RUN_SQL),
-        {
-            "run": run.pk,
-            "capability": run.capability_id,
-            "status": run.status,
-            "output": Run._meta.get_field("output").get_db_prep_save(run.output, connection),
-            "error": run.error,
-            "now": run.finished_at,
-            "unsent": [str(status) for status in UNSENT_INVOCATION],
-            "actor": actor.label,
-            "kind": f"run.{run.status}",
-        },
-        savepoint=False,
-    )
+    params = {
+        "run": run.pk,
+        "capability": run.capability_id,
+        "status": run.status,
+        "output": Run._meta.get_field("output").get_db_prep_save(run.output, connection),
+        "error": run.error,
+        "now": run.finished_at,
+        "unsent": [str(status) for status in UNSENT_INVOCATION],
+        "actor": actor.label,
+        "kind": f"run.{run.status}",
+    }
+    prepared.write(*((statement, params) for statement in _FINISH_RUN_SQL))
 
 
 # --- holds -------------------------------------------------------------------------------------
@@ -1035,7 +1027,9 @@ def invocation_record(*, invocation_id: str, attempt: int, outcome: Outcome) -> 
     Only the worker holding the claim for this attempt may record it; a stale worker (whose lease
     ran out and whose row was handed to another) records nothing.
     """
-    with transaction.atomic():
+    # The writes after the locks travel together, with the COMMIT (prepared.deferred): a delivery's
+    # answer is two round trips on PostgreSQL.
+    with transaction.atomic(), prepared.deferred():
         locked = _lock_claimed(invocation_id=invocation_id, attempt=attempt)
         if locked is None:
             return "stale"
@@ -1191,8 +1185,8 @@ def _write_attempt(*, invocation: Invocation, attempt: int, outcome: Outcome, re
         )
         audit("invocation.attempt", SYSTEM, run_id=invocation.run_id, invocation_id=invocation.id, **data)
         return
-    with connection.cursor() as cursor:
-        cursor.execute(
+    prepared.write(
+        (
             _ATTEMPT_SQL,
             {
                 "invocation": invocation.id,
@@ -1208,6 +1202,7 @@ def _write_attempt(*, invocation: Invocation, attempt: int, outcome: Outcome, re
                 "data": json.dumps(data),
             },
         )
+    )
 
 
 def _apply_outcome(invocation: Invocation, run: Run, asked: Hold | None, outcome: Outcome) -> str:
@@ -1260,19 +1255,20 @@ def _set_invocation(invocation: Invocation, status: str, *, error: str = "", ans
         )
         return
     # The same UPDATE as save(update_fields=...), without building it through the ORM on every answer.
-    with connection.cursor() as cursor:
-        cursor.execute(
+    prepared.write(
+        (
             "UPDATE holds_invocation SET status = %s, lease_until = NULL, last_error = %s, answer = %s,"
             " answered_at = %s, next_attempt_at = %s WHERE id = %s",
             [
                 invocation.status,
                 invocation.last_error,
-                Invocation._meta.get_field("answer").get_prep_value(invocation.answer),
+                Invocation._meta.get_field("answer").get_db_prep_save(invocation.answer, connection),
                 invocation.answered_at,
                 invocation.next_attempt_at,
                 invocation.pk,
             ],
         )
+    )
 
 
 def _apply_answer(invocation: Invocation, run: Run, answer: dict, asked: Hold | None, note: str = "") -> str:

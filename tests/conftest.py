@@ -118,3 +118,77 @@ def serve_agent(rq):
     yield start
     for server in servers:
         server.stop()
+
+
+class RoundTrips:
+    """What a block sent to PostgreSQL: `statements`, and `round_trips`, the times it waited for an
+    answer. A statement sent on its own is one round trip, and the BEGIN that psycopg sends ahead of
+    a transaction's first one is another; the statements of one holds.prepared.send share one (its
+    PREPAREs are not counted as statements); a COMMIT or ROLLBACK is one unless no transaction was
+    open."""
+
+    statements = 0
+    round_trips = 0
+
+    def __repr__(self):
+        return f"RoundTrips(statements={self.statements}, round_trips={self.round_trips})"
+
+
+@pytest.fixture
+def count_round_trips(monkeypatch):
+    from contextlib import contextmanager
+
+    import psycopg
+
+    from holds import prepared
+
+    @contextmanager
+    def counting():
+        seen, sending, begun, active = RoundTrips(), [], [], False
+        send = prepared.send
+
+        def begins() -> int:
+            """1 when psycopg is about to send a BEGIN of its own ahead of the next query (once: a
+            query can run inside another's execute wrapper, before the BEGIN has gone out)."""
+            idle = connection.connection.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
+            if idle and not connection.get_autocommit() and not begun:
+                begun.append(True)
+                return 1
+            return 0
+
+        def counted_send(statements):
+            if active:
+                seen.round_trips += 1 + begins()
+                seen.statements += len(statements)
+            sending.append(True)
+            try:
+                return send(statements)
+            finally:
+                sending.pop()
+
+        def each_query(execute, sql, params, many, context):
+            if active and not sending:
+                seen.round_trips += 1 + begins()
+                seen.statements += 1
+            return execute(sql, params, many, context)
+
+        def ending(method):
+            def end():
+                if active and pg.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
+                    seen.round_trips += 1
+                begun.clear()
+                return method()
+
+            return end
+
+        connection.ensure_connection()
+        pg = connection.connection
+        monkeypatch.setattr(prepared, "send", counted_send)
+        monkeypatch.setattr(pg, "commit", ending(pg.commit))
+        monkeypatch.setattr(pg, "rollback", ending(pg.rollback))
+        active = True
+        with connection.execute_wrapper(each_query):
+            yield seen
+        active = False
+
+    return counting
