@@ -13,6 +13,7 @@ PostgreSQL (3 ms more per delivery with 24 threads).
 
 import datetime
 import decimal
+import functools
 import itertools
 import re
 import threading
@@ -21,16 +22,20 @@ import weakref
 from contextlib import contextmanager
 
 from django.db import connection
+from psycopg.pq import ExecStatus
 
-# Prepared statements by connection: {(sql, types): name}. A statement's name is never reused, so a
-# PREPARE that may or may not have survived a failed round trip cannot collide with a later one.
+_TUPLES_OK = ExecStatus.TUPLES_OK
+
+# Prepared statements by connection: {sql: name}. A statement's name is never reused, so a PREPARE
+# that may or may not have survived a failed round trip cannot collide with a later one.
 _prepared: "weakref.WeakKeyDictionary[object, dict]" = weakref.WeakKeyDictionary()
 _names = itertools.count(1)
 _PLACEHOLDER = re.compile(r"%\((\w+)\)s|%s|%%")
 
 
 def _sql_type(value) -> str:
-    """The parameter's type for PREPARE; "unknown" lets PostgreSQL infer it from where it is used."""
+    """The parameter's type for PREPARE; "unknown" lets PostgreSQL infer it from where it is used.
+    Taken from the values of the first use: a later NULL or value of the same kind fits it."""
     if isinstance(value, bool):
         return "boolean"
     if isinstance(value, int):
@@ -50,40 +55,39 @@ def _sql_type(value) -> str:
     return "unknown"  # None, JSON (inferred from the column or cast), empty lists
 
 
-def _numbered(sql: str, params) -> tuple[str, list]:
-    """The statement with $1, $2 … for its placeholders, and the values in that order."""
+@functools.cache
+def _numbered(sql: str) -> tuple[str, tuple[str, ...] | int]:
+    """The statement with $1, $2 … for its placeholders, and what fills them: the names of %(name)s
+    placeholders in order, or the number of %s ones."""
     names: dict[str, int] = {}
-    values: list = []
-    positional = iter(params) if isinstance(params, list | tuple) else None
+    count = 0
 
     def number(match: re.Match) -> str:
+        nonlocal count
         if match.group(0) == "%%":
             return "%"
         if match.group(1) is None:
-            values.append(next(positional))
-            return f"${len(values)}"
-        name = match.group(1)
-        if name not in names:
-            values.append(params[name])
-            names[name] = len(values)
-        return f"${names[name]}"
+            count += 1
+            return f"${count}"
+        return f"${names.setdefault(match.group(1), len(names) + 1)}"
 
-    return _PLACEHOLDER.sub(number, sql), values
+    numbered = _PLACEHOLDER.sub(number, sql)
+    return numbered, (tuple(names) if names else count)
 
 
 def _execute_text(sql: str, params, made: dict, new: list) -> tuple[list[str], list]:
     """The texts that run one statement (its PREPARE on first use, then its EXECUTE) and their values."""
     if params is None:
         return [sql.replace("%", "%%")], []
-    numbered, values = _numbered(sql, params)
-    types = tuple(_sql_type(value) for value in values)
-    key = (sql, types)
+    numbered, fill = _numbered(sql)
+    values = [params[name] for name in fill] if isinstance(fill, tuple) else list(params)
     texts = []
-    if key not in made:
-        made[key] = f"rq_{next(_names)}"
-        new.append(key)
-        texts.append(f"PREPARE {made[key]} ({', '.join(types)}) AS {numbered.replace('%', '%%')}")
-    texts.append(f"EXECUTE {made[key]}({', '.join(['%s'] * len(values))})" if values else f"EXECUTE {made[key]}")
+    if sql not in made:
+        made[sql] = f"rq_{next(_names)}"
+        new.append(sql)
+        types = ", ".join(_sql_type(value) for value in values)
+        texts.append(f"PREPARE {made[sql]} ({types}) AS {numbered.replace('%', '%%')}")
+    texts.append(f"EXECUTE {made[sql]}({', '.join(['%s'] * len(values))})" if values else f"EXECUTE {made[sql]}")
     return texts, values
 
 
@@ -103,14 +107,16 @@ def send(statements: list[tuple[str, object]]) -> list[list[tuple]]:
     try:
         with connection.cursor() as cursor:
             cursor.execute("; ".join(texts), values)
-            results = []
+            # psycopg's own cursor: Django's wrapper and `description` build objects for every
+            # column of every result, and only whether there are rows matters here.
+            raw, results = cursor.cursor, []
             while True:
-                results.append(cursor.fetchall() if cursor.description is not None else [])
-                if not cursor.nextset():
+                results.append(raw.fetchall() if raw.pgresult.status == _TUPLES_OK else [])
+                if not raw.nextset():
                     break
     except BaseException:
-        for key in new:  # whether they were prepared is not known; their names are not used again
-            made.pop(key, None)
+        for sql in new:  # whether they were prepared is not known; their names are not used again
+            made.pop(sql, None)
         raise
     return [results[at] for at in runs]
 
