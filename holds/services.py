@@ -954,9 +954,10 @@ WITH claimed AS (
            OR (i.status = 'delivering' AND i.lease_until < %(now)s))
     RETURNING {", ".join(c.select(named=True) for c in _CLAIM_COLUMNS)}
 ), moved AS (
-    UPDATE holds_run AS r SET status = 'running', seq = claimed.i_seq
-    FROM claimed
-    WHERE r.id = claimed.i_run_id AND claimed.i_kind = 'resume' AND claimed.i_status = 'delivering'
+    -- claimed is one row at most; as a scalar it is looked up by the run's key (joined, the planner
+    -- preferred to scan every held run and filter them against it).
+    UPDATE holds_run AS r SET status = 'running', seq = (SELECT i_seq FROM claimed)
+    WHERE r.id = (SELECT i_run_id FROM claimed WHERE i_kind = 'resume' AND i_status = 'delivering')
       AND r.status = 'held'
     RETURNING r.id
 )
