@@ -1028,8 +1028,8 @@ def invocation_record(*, invocation_id: str, attempt: int, outcome: Outcome) -> 
     Only the worker holding the claim for this attempt may record it; a stale worker (whose lease
     ran out and whose row was handed to another) records nothing.
     """
-    # The writes after the locks travel together, with the COMMIT (prepared.deferred): a delivery's
-    # answer is two round trips on PostgreSQL.
+    # The writes after the locks travel together, with the COMMIT (prepared.deferred): recording an
+    # answer is three round trips on PostgreSQL (psycopg's BEGIN, the locks, the writes).
     with transaction.atomic(), prepared.deferred():
         locked = _lock_claimed(invocation_id=invocation_id, attempt=attempt)
         if locked is None:
