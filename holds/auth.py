@@ -6,6 +6,7 @@ also stored only as a sha256. Lookups go by hash; the final comparison is consta
 """
 
 import base64
+import functools
 import hashlib
 import hmac
 import secrets
@@ -25,8 +26,13 @@ def sha256_hex(text: str) -> str:
 
 
 def _token_key() -> bytes:
+    return _token_key_for(settings.SECRET_KEY)
+
+
+@functools.lru_cache(maxsize=4)
+def _token_key_for(secret: str) -> bytes:
     # A key of its own, so that a token never equals anything else signed with SECRET_KEY.
-    return hashlib.sha256(b"reviewqueue.run-token:" + settings.SECRET_KEY.encode()).digest()
+    return hashlib.sha256(b"reviewqueue.run-token:" + secret.encode()).digest()
 
 
 def run_token_for(invocation_id: str) -> str:
