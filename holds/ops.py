@@ -23,7 +23,7 @@ from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
 from django.db import IntegrityError, connection, transaction
-from django.db.models import Count, F, OuterRef, Q, Subquery, Sum
+from django.db.models import Case, Count, F, OuterRef, Q, Subquery, Sum, When
 from django.db.models.functions import TruncHour
 from django.http import HttpResponse, HttpResponseRedirect, JsonResponse
 from django.shortcuts import render
@@ -82,7 +82,9 @@ def floor_hour(moment: datetime) -> datetime:
 def _events(start: datetime | None, end: datetime | None = None):
     """Countable audit events in [start, end), each with what it needs from its hold or invocation.
 
-    One query: the hold's creation and the invocation's kind come from primary-key subqueries.
+    One query: the hold's creation and the invocation's kind come from primary-key subqueries, run
+    only for the kinds that count them (a CASE evaluates its branch only when it applies; asked
+    holds, half the log, need neither, and a decision needs only its hold).
     """
     events = AuditEvent.objects.filter(kind__in=TAIL_KINDS)
     if start is not None:
@@ -92,9 +94,14 @@ def _events(start: datetime | None, end: datetime | None = None):
     invocation = Invocation.objects.filter(pk=OuterRef("invocation_id_ref"))
     return (
         events.annotate(
-            hold_created=Subquery(Hold.objects.filter(pk=OuterRef("hold_id_ref")).values("created_at")[:1]),
-            inv_kind=Subquery(invocation.values("kind")[:1]),
-            inv_created=Subquery(invocation.values("created_at")[:1]),
+            hold_created=Case(
+                When(
+                    kind="hold.decided",
+                    then=Subquery(Hold.objects.filter(pk=OuterRef("hold_id_ref")).values("created_at")[:1]),
+                )
+            ),
+            inv_kind=Case(When(kind="invocation.attempt", then=Subquery(invocation.values("kind")[:1]))),
+            inv_created=Case(When(kind="invocation.attempt", then=Subquery(invocation.values("created_at")[:1]))),
         )
         .order_by()
         .values_list("kind", "at", "data", "hold_created", "inv_kind", "inv_created")
