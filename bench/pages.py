@@ -24,12 +24,14 @@ REUSE = os.environ.get("RQ_BENCH_PAGES_REUSE") == "1"
 PY = sys.executable
 
 
-def prepare(db: str, holds: int) -> None:
-    """Re-creates `db`, seeds it, and adds a reviewer and one 100-item hold (run as a subprocess)."""
+def prepare(db: str, holds: int) -> float:
+    """Re-creates `db`, seeds it, and adds a reviewer and one 100-item hold (run as a subprocess).
+    Returns the seconds seed_holds took (the rest is migrate, the reviewer, and the ops rollup)."""
     for sql in (f"DROP DATABASE IF EXISTS {db} WITH (FORCE)", f"CREATE DATABASE {db}"):
         subprocess.run(["psql", "-h", "127.0.0.1", "-U", "postgres", "-q", "-c", sql], check=True)
     env = {**os.environ, **db_env(db)}
     subprocess.run([PY, "manage.py", "migrate", "-v0"], cwd=ROOT, env=env, check=True)
+    start = time.monotonic()
     subprocess.run(
         [PY, "manage.py", "seed_holds", "--holds", str(holds), "--capabilities", "5", "--items", "2"],
         cwd=ROOT,
@@ -37,6 +39,7 @@ def prepare(db: str, holds: int) -> None:
         check=True,
         stderr=subprocess.DEVNULL,
     )
+    seeded = time.monotonic() - start
     script = (
         "from holds import services; from holds.auth import SYSTEM;"
         "from holds.models import Capability, Invocation; from tests import factories;"
@@ -52,6 +55,7 @@ def prepare(db: str, holds: int) -> None:
         [PY, "manage.py", "shell", "-c", script], cwd=ROOT, env=env, check=True, capture_output=True, text=True
     ).stdout
     (ROOT / "var" / "bench" / f"{db}.hold").write_text(re.search(r"HOLD (h_\d+)", out).group(1))
+    return seeded
 
 
 def db_env(db: str) -> dict:
@@ -101,9 +105,12 @@ def main():
         if REUSE and (ROOT / "var" / "bench" / f"{db}.hold").exists():
             print(f"pages: {name}: reusing {db} as seeded by an earlier run (RQ_BENCH_PAGES_REUSE)", flush=True)
             continue
-        prepare(db, holds)
-        seed_seconds[name] = time.monotonic() - start
-        print(f"pages: {name}: {holds:,} holds seeded in {seed_seconds[name]:.0f}s", flush=True)
+        seed_seconds[name] = prepare(db, holds)
+        print(
+            f"pages: {name}: {holds:,} holds seeded in {seed_seconds[name]:.0f}s,"
+            f" ready in {time.monotonic() - start:.0f}s",
+            flush=True,
+        )
     sys.path.insert(0, str(ROOT))
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "reviewqueue.settings")
     from tests.processes import Processes, free_port
@@ -162,10 +169,10 @@ def main():
     if "big" in seed_seconds:
         rows.append(
             {
-                "figure": f"seed_holds --holds {BIG:,} --items 2 (with migrate and VACUUM ANALYZE)",
-                "goal": "a few minutes",
+                "figure": f"seed_holds --holds {BIG:,} --items 2 (with its VACUUM ANALYZE)",
+                "goal": "a few minutes (<= 5)",
                 "measured": f"{seed_seconds['big']:.0f} s",
-                "ok": seed_seconds["big"] < 600,
+                "ok": seed_seconds["big"] <= 300,
             }
         )
     for page, (small, big) in results.items():

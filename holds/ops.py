@@ -28,7 +28,8 @@ from django.db.models.functions import TruncHour
 from django.http import HttpResponse, HttpResponseRedirect, JsonResponse
 from django.shortcuts import render
 from django.urls import reverse
-from django.utils import timezone
+from django.utils import dateformat, timezone
+from django.utils.html import format_html, format_html_join
 from django.utils.http import urlencode
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET, require_POST
@@ -519,6 +520,12 @@ def chart(hours: dict, now: datetime) -> dict:
     ]
     return {
         "bars": bars,
+        "slots": _slots_svg(bars, top=CHART_TOP, plot_h=plot_h),
+        "rows": format_html_join(
+            "",
+            '<tr><td>{}</td><td class="num">{}</td><td class="num">{}</td></tr>',
+            ((dateformat.format(b.hour, "Y-m-d H:i"), b.decided, b.expired) for b in bars if b.decided or b.expired),
+        ),
         "grid": grid,
         "ticks": ticks,
         "width": CHART_W,
@@ -532,6 +539,40 @@ def chart(hours: dict, now: datetime) -> dict:
         "total_decided": sum(d for _, d, _ in series),
         "total_expired": sum(e for _, _, e in series),
     }
+
+
+# The chart's 48 slots and its table's rows are markup built here, not template loops: as loops they
+# were two thirds of the ops page's rendering (14 of 20 ms at 1,000,000 holds, where every hour has
+# bars). They hold numbers and hours only, and format_html escapes them all the same.
+_SLOT = (
+    '<g class="chart-slot"><title>{} UTC: {} decided, {} expired</title>'
+    '<rect class="chart-hit" x="{}" y="{}" width="{}" height="{}"></rect>{}{}</g>'
+)
+_BAR = '<rect class="{}" x="{}" y="{}" width="{}" height="{}"></rect>'
+
+
+def _slots_svg(bars: list[Bar], *, top: float, plot_h: float):
+    def bar(kind: str, b: Bar, y: float, h: float):
+        return format_html(_BAR, kind, b.x, y, b.width, h) if h else ""
+
+    return format_html_join(
+        "\n",
+        _SLOT,
+        (
+            (
+                dateformat.format(b.hour, "D H:i"),
+                b.decided,
+                b.expired,
+                b.x,
+                top,
+                b.width,
+                plot_h,
+                bar("bar-decided", b, b.y_decided, b.h_decided),
+                bar("bar-expired", b, b.y_expired, b.h_expired),
+            )
+            for b in bars
+        ),
+    )
 
 
 def _summary(counts: dict) -> dict:

@@ -70,9 +70,14 @@ class Processes:
         proc = self.procs.pop(name)
         try:
             os.killpg(proc.pid, sig)
+            proc.wait(timeout=30)
         except ProcessLookupError:
-            pass
-        proc.wait(timeout=30)
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            # A worker's warm shutdown waits for its running tasks (a delivery to an agent that
+            # hangs until its timeout); at teardown nothing is left to finish, so end it.
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=30)
 
     def stop_all(self) -> None:
         for name in list(self.procs):
