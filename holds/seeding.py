@@ -200,10 +200,12 @@ def seed(
     if connection.vendor == "postgresql" and not connection.in_atomic_block and len(chunks) > 1:
         unchecked = _may_skip_foreign_key_checks()
         with ThreadPoolExecutor(max_workers=2) as pool:
-            futures = [pool.submit(_chunk_on_own_connection, plan, start, size, unchecked) for start, size in chunks]
+            futures = {
+                pool.submit(_chunk_on_own_connection, plan, start, size, unchecked): size for start, size in chunks
+            }
             for future in as_completed(futures):
                 counts.update(future.result())
-                done += sum(future.result().values())
+                done += futures[future]
                 if progress:
                     progress(done)
         if unchecked:

@@ -400,8 +400,8 @@ def _insert_ask(hold: Hold, items: list[dict], event: AuditEvent, *, run: Run | 
     On PostgreSQL this is one statement (data-modifying CTEs), atomic by itself: one round trip
     with no BEGIN/COMMIT, where the ORM needs five and compiles three INSERTs. Hold and audit row
     are written from their model instances as the ORM would write them; the items go in as one
-    array per column, so the statement's text is the same for 1 and 100 items (psycopg parses it
-    once, not 900 placeholders per ask).
+    array per column, so the statement's text is the same for 1 and 100 items: one prepared
+    statement serves every ask (holds/prepared.py), not one per item count.
     """
     head, tail = _search_parts(hold, items)
     if connection.vendor != "postgresql":
