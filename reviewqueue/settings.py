@@ -68,6 +68,8 @@ RQ_RETRY_SCHEDULE = [
 RQ_RELAY_INTERVAL = env_int("RQ_RELAY_INTERVAL", 5)
 RQ_SWEEP_INTERVAL = env_int("RQ_SWEEP_INTERVAL", 10)
 RQ_SWEEP_BATCH = env_int("RQ_SWEEP_BATCH", 1000)
+# Sweeps that work through a backlog side by side (holds.tasks.sweep_expired).
+RQ_SWEEPERS = env_int("RQ_SWEEPERS", 2)
 RQ_BENCH_VIEWS = env_bool("RQ_BENCH_VIEWS", False)
 # A worker's claim on an invocation lasts its timeout plus this; then the relay hands it out again.
 RQ_LEASE_GRACE = env_int("RQ_LEASE_GRACE", 30)

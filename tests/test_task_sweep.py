@@ -51,6 +51,23 @@ def test_it_works_in_batches(cap, settings):
     assert Invocation.objects.filter(kind="resume").count() == 5
 
 
+def test_a_backlog_asks_other_workers_to_help_once(cap, settings, monkeypatch):
+    settings.RQ_SWEEP_BATCH, settings.RQ_SWEEPERS = 2, 3
+    helpers = []
+    monkeypatch.setattr(tasks.sweep_expired, "delay", lambda **kwargs: helpers.append(kwargs))
+    for hold in [factories.held_hold(cap)[1] for _ in range(5)]:
+        make_due(hold)
+    assert tasks.sweep_expired() == 5
+    assert helpers == [{"helper": True}] * 2
+    # A helper never asks for help, and a first batch that is not full is no backlog.
+    for hold in [factories.held_hold(cap)[1] for _ in range(5)]:
+        make_due(hold)
+    assert tasks.sweep_expired(helper=True) == 5
+    make_due(factories.held_hold(cap)[1])
+    assert tasks.sweep_expired() == 1
+    assert len(helpers) == 2
+
+
 def test_an_expiry_while_the_asker_is_answering_waits_for_it(cap):
     run = factories.start_run(cap)
     invocation, _ = factories.deliver_now(run)
