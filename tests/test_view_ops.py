@@ -12,7 +12,7 @@ from django.utils import timezone
 from holds import logging as rq_logging
 from holds import ops, services
 from holds.auth import actor_for_account
-from holds.models import AuditEvent, Capability, Hold, Invocation
+from holds.models import AuditEvent, Capability, Hold, Invocation, OpsHour
 from tests import factories
 
 pytestmark = pytest.mark.django_db
@@ -190,15 +190,39 @@ def test_it_keeps_its_query_count_fixed_whatever_the_data_size(
 ):
     some_data(settings, robot, n=1)
     client.force_login(admin_user)
-    client.get("/ops")  # the session is warm
-    with django_assert_num_queries(14):
+    client.get("/ops")  # the session is warm, and so are the sealed sums
+    with django_assert_num_queries(12):
         assert client.get("/ops").status_code == 200
     some_data(settings, robot, n=12)
     ops.rollup(now=timezone.now() + dt.timedelta(hours=2))  # some hours sealed, some live
     factories.held_hold(factories.capability("ship_orders"))  # one more capability, same queries
-    with django_assert_num_queries(14):
+    with django_assert_num_queries(14):  # a new seal: its sums are read once
+        client.get("/ops")
+    with django_assert_num_queries(12):
         response = client.get("/ops")
     assert response.context["undeliverable_count"] == 13
+
+
+def test_it_reads_the_sealed_sums_again_after_each_seal_and_as_the_windows_move():
+    def seal(start, decided):  # what ops._seal writes: the watermark row and the counts
+        OpsHour.objects.create(hour=start, metric="sealed", label="", value=ops.BUCKET.total_seconds())
+        OpsHour.objects.create(hour=start, metric="decided", label="", value=decided)
+
+    now = timezone.now()
+    first = ops.floor_hour(now) - ops.HOUR
+    seal(first, 2)
+    assert ops.recent(now)["day"][("decided", "")] == 2
+    seal(first + ops.BUCKET, 3)
+    assert ops.recent(now)["day"][("decided", "")] == 5
+    # The remembered sums are copied out, never merged into: the same call reads the same.
+    assert ops.recent(now)["day"][("decided", "")] == 5
+    # A day later the first bucket has left the day window but not the week's.
+    later = ops.recent(first + 24 * ops.HOUR + dt.timedelta(seconds=1))
+    assert later["day"][("decided", "")] == 3 and later["week"][("decided", "")] == 5
+    # Five minutes on, in the same hour (the same chart), the second bucket has left it too.
+    last = ops.recent(first + 24 * ops.HOUR + ops.BUCKET + dt.timedelta(seconds=1))
+    assert ("decided", "") not in last["day"] and last["week"][("decided", "")] == 5
+    assert ops.recent(first + 24 * ops.HOUR)["day"][("decided", "")] == 5
 
 
 # --- structured logs ------------------------------------------------------------------------------
