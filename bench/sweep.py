@@ -33,12 +33,14 @@ def side_by_side(work, sweepers: int) -> tuple[int, float]:
     from django.db import connection
 
     barrier = threading.Barrier(sweepers + 1)
-    counts = []
+    counts, errors = [], []
 
     def run():
         try:
             barrier.wait()
             counts.append(work())
+        except Exception as exc:  # raised below: a sweeper that failed must not look slow
+            errors.append(exc)
         finally:
             connection.close()
 
@@ -49,6 +51,8 @@ def side_by_side(work, sweepers: int) -> tuple[int, float]:
     start = time.monotonic()
     for thread in threads:
         thread.join()
+    if errors:
+        raise errors[0]
     return sum(counts), time.monotonic() - start
 
 
