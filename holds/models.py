@@ -8,6 +8,7 @@ because they double as the Standard Webhooks `webhook-id`.
 
 import json
 import secrets
+import time
 
 from django.conf import settings
 from django.db import models
@@ -189,7 +190,19 @@ class IdempotencyKey(models.Model):
 
 
 def new_invocation_id() -> str:
-    return f"inv_{secrets.token_hex(12)}"
+    return invocation_id_at(time.time_ns() // 1_000_000, secrets.token_hex(INVOCATION_ID_RANDOM_BYTES))
+
+
+# An invocation id is `inv_`, its creation time in milliseconds (12 hex digits) and 8 random bytes.
+# Time first, so that invocations made close in time sit close in every index keyed by their id: the
+# primary key, and the holds' index on their asking invocation. With wholly random ids, a sweep of
+# 1,000 holds touched about 1,000 leaf pages of each (a full page image in the WAL for each after a
+# checkpoint); the random part keeps the ids unique and unguessable among those of one millisecond.
+INVOCATION_ID_RANDOM_BYTES = 8
+
+
+def invocation_id_at(milliseconds: int, random_hex: str) -> str:
+    return f"inv_{milliseconds:012x}{random_hex}"
 
 
 class Invocation(models.Model):

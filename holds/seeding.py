@@ -13,7 +13,7 @@ import secrets
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
@@ -21,6 +21,7 @@ from django.utils import timezone
 from .auth import run_token_hash
 from .config import new_secret
 from .models import (
+    INVOCATION_ID_RANDOM_BYTES,
     AuditEvent,
     Capability,
     DeliveryAttempt,
@@ -29,6 +30,7 @@ from .models import (
     Invocation,
     PendingCount,
     Run,
+    invocation_id_at,
     new_invocation_id,
 )
 
@@ -293,15 +295,21 @@ def _write_chunk(plan: _Plan, start: int, size: int, *, unchecked: bool) -> Coun
 HISTORY = 30 * 24 * 3600  # seconds of asks the seeded holds span
 
 
+def _milliseconds(at: datetime) -> int:
+    return int(at.timestamp() * 1000)
+
+
 def _generate(plan: _Plan, start: int, size: int):
     rng = random.Random(plan.seed_value * 1_000_003 + start)
     now, items, mix = plan.now, plan.items, plan.mix
     counts, pending = Counter(), Counter()
     runs, invs, hold_rows, item_rows, audits = [], [], [], [], []
-    # Invocation ids as the write path makes them (models.new_invocation_id: 12 random bytes), read
-    # from one draw per chunk; a call of secrets.token_hex per id was a sixth of the generator's time.
-    pool = secrets.token_bytes(12 * 2 * size).hex()
-    random_hex = (pool[i : i + 24] for i in range(0, len(pool), 24))
+    # Invocation ids as the write path makes them (models.new_invocation_id: their time, then random
+    # bytes), the random part read from one draw per chunk; a call of secrets.token_hex per id was a
+    # sixth of the generator's time.
+    width = 2 * INVOCATION_ID_RANDOM_BYTES
+    pool = secrets.token_bytes(INVOCATION_ID_RANDOM_BYTES * 2 * size).hex()
+    random_hex = (pool[i : i + width] for i in range(0, len(pool), width))
     for n in range(start, start + size):
         run_id, hold_id = plan.first_run_id + n, plan.first_hold_id + n
         cap_id, cap_version, cap_endpoint = plan.caps[rng.randrange(len(plan.caps))]
@@ -331,7 +339,7 @@ def _generate(plan: _Plan, start: int, size: int):
             # Decided within 36 h of the ask, and before now: no burst of decisions at "now".
             waited = (now - created).total_seconds() - 1
             decided_at = created + timedelta(seconds=rng.uniform(min(30, waited), min(36 * 3600, waited)))
-        start_id = f"inv_{next(random_hex)}"
+        start_id = invocation_id_at(_milliseconds(created), next(random_hex))
         finished = status != "pending"
         runs.append(
             (
@@ -414,7 +422,7 @@ def _generate(plan: _Plan, start: int, size: int):
         )
         audits.append((created, f"run r_{run_id}", "hold.asked", run_id, hold_id, start_id, "{}"))
         if finished:
-            resume_id = f"inv_{next(random_hex)}"
+            resume_id = invocation_id_at(_milliseconds(decided_at), next(random_hex))
             resume = (
                 f'{{"hold_id": "h_{hold_id}", "resolved_by": "{"human" if status == "decided" else "expired"}",'
                 f' "items": [{", ".join(decided) if status == "decided" else ""}], "comment": null}}'

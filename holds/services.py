@@ -834,8 +834,9 @@ def _expire_locked_orm(hold_ids: list[int]) -> list[Expired]:
 # their audit rows and the pending counters' -n per capability, which is what the ORM path writes,
 # row for row (a test compares the two). Doing it set-based removes 3,000 Python objects and two
 # round trips of 1,000 rows per batch.
-# - The invocation id is `inv_` and 24 random hex digits as new_invocation_id makes: the 12 bytes are
-#   the fully random bytes of two version-4 UUIDs (gen_random_uuid reads the strong random source).
+# - The invocation id is made as new_invocation_id makes it: `inv_`, the milliseconds of `now` in 12
+#   hex digits, and 8 random bytes, taken from the fully random bytes of two version-4 UUIDs
+#   (gen_random_uuid reads the strong random source).
 # - The token hash is auth.run_token_hash, spelt in SQL (auth.RUN_TOKEN_HASH_SQL).
 # - The resume text is json.dumps of _expired_resume; the audit's expires_at is datetime.isoformat.
 # `resumes` is MATERIALIZED so that each row's random id is drawn once and read by both INSERTs.
@@ -848,8 +849,9 @@ WITH expired AS (
 ), resumes AS MATERIALIZED (
     SELECT e.id, e.run_id, e.capability_id, e.expires_at, asker.seq + 1 AS seq,
            CASE WHEN asker.status IN ('pending', 'delivering') THEN 'waiting' ELSE 'pending' END AS status,
-           'inv_' || encode(substring(uuid_send(gen_random_uuid()) FROM 1 FOR 6)
-                            || substring(uuid_send(gen_random_uuid()) FROM 11 FOR 6), 'hex') AS invocation_id
+           'inv_' || lpad(to_hex(floor(extract(epoch FROM %(now)s::timestamptz) * 1000)::bigint), 12, '0')
+           || encode(substring(uuid_send(gen_random_uuid()) FROM 1 FOR 6)
+                     || substring(uuid_send(gen_random_uuid()) FROM 11 FOR 2), 'hex') AS invocation_id
     FROM expired e JOIN holds_invocation asker ON asker.id = e.invocation_id
 ), resume_rows AS (
     INSERT INTO holds_invocation (id, run_id, kind, seq, status, token_hash, resume, hold_id, attempts,

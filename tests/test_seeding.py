@@ -6,7 +6,7 @@ import pytest
 from django.db import IntegrityError, connection
 
 from holds import seeding
-from holds.models import AuditEvent, Hold, HoldItem, Invocation, Run
+from holds.models import AuditEvent, Hold, HoldItem, Invocation, Run, new_invocation_id
 
 
 def test_ids_follow_the_asks_and_the_pending_holds_are_the_newest(db):
@@ -18,6 +18,15 @@ def test_ids_follow_the_asks_and_the_pending_holds_are_the_newest(db):
     first = holds[0][0]
     assert all(pk - first >= 400 * 7 // 8 - 1 for pk, _, status in holds if status == "pending")
     assert counts["pending"] > 0
+
+
+def test_invocation_ids_carry_their_time_as_the_write_path_makes_them(db):
+    seeding.seed(holds=50, capability_count=1, items=1)
+    invocations = list(Invocation.objects.values_list("pk", "created_at"))
+    assert len(invocations) > 50  # the starts and the finished holds' resumes
+    for pk, created in invocations:
+        assert len(pk) == len(new_invocation_id())
+        assert int(pk[4:16], 16) == int(created.timestamp() * 1000), pk
 
 
 @pytest.mark.needs_postgres

@@ -2,6 +2,7 @@
 
 import datetime as dt
 import re
+import time
 
 import pytest
 from django.core.management import call_command
@@ -11,7 +12,7 @@ from django.utils import timezone
 
 from holds import outbox, services, tasks
 from holds.auth import run_token_hash
-from holds.models import AuditEvent, Hold, Invocation, PendingCount
+from holds.models import AuditEvent, Hold, Invocation, PendingCount, new_invocation_id
 from tests import factories
 
 pytestmark = pytest.mark.django_db
@@ -173,8 +174,21 @@ def test_the_sql_sweep_gives_each_resume_a_fresh_id_and_its_run_token_hash(cap):
     resumes = list(Invocation.objects.filter(hold__in=holds))
     assert len({r.id for r in resumes}) == 3
     for resume in resumes:
-        assert re.fullmatch(r"inv_[0-9a-f]{24}", resume.id), resume.id
+        # As new_invocation_id makes them: the time in milliseconds, then 8 random bytes.
+        assert re.fullmatch(r"inv_[0-9a-f]{12}[0-9a-f]{16}", resume.id), resume.id
+        assert int(resume.id[4:16], 16) == int(resume.created_at.timestamp() * 1000)
         assert resume.token_hash == run_token_hash(resume.id)
+
+
+def test_invocation_ids_sort_by_the_time_they_were_made():
+    # Indexes keyed by the id then take a batch's new rows on a few pages instead of one page each.
+    first = new_invocation_id()
+    time.sleep(0.002)
+    second = new_invocation_id()
+    assert first < second
+    assert len(first) == len(second) == len("inv_") + 12 + 16
+    assert abs(int(first[4:16], 16) - time.time() * 1000) < 60_000
+    assert first[16:] != second[16:]
 
 
 def test_it_publishes_the_due_resumes_after_commit(cap, django_capture_on_commit_callbacks, monkeypatch):
