@@ -43,11 +43,15 @@ class Receiver:
                 if receiver.hang_seconds:
                     time.sleep(receiver.hang_seconds)
                 payload = json.dumps({"status": "completed", "output": {}}).encode()
-                self.send_response(200)
-                self.send_header("content-type", "application/json")
-                self.send_header("content-length", str(len(payload)))
-                self.end_headers()
-                self.wfile.write(payload)
+                try:
+                    self.send_response(200)
+                    self.send_header("content-type", "application/json")
+                    self.send_header("content-length", str(len(payload)))
+                    self.end_headers()
+                    self.wfile.write(payload)
+                except (BrokenPipeError, ConnectionResetError):
+                    # A hanging agent's caller gave up at its timeout, as it should: nothing to answer.
+                    self.close_connection = True
 
             def log_message(self, *args):
                 pass

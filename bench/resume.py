@@ -26,10 +26,11 @@ from bench.common import median, percentile, save, setup_django  # noqa: E402
 DECISIONS = int(os.environ.get("RQ_BENCH_DECISIONS", "300"))
 BURST = int(os.environ.get("RQ_BENCH_BURST", "2000"))
 DRAIN_ROUNDS = int(os.environ.get("RQ_BENCH_DRAIN_ROUNDS", "3"))
-# Threads per worker process. A delivery to a hanging agent holds its thread until the timeout, so
-# with 10 % hanging at 3 s and ~100 deliveries/s about 30 threads are waiting at any moment: the pool
-# must be larger than that for the others to keep their rate (each thread keeps one DB connection).
-THREADS = int(os.environ.get("RQ_BENCH_THREADS", "24"))
+# Threads per worker process, as production runs them (README). More threads cost every drain here,
+# the bare hop's too (24: a fifth of the rate, the threads contending for each process's GIL); a
+# hanging agent holds only a few of them, because its slow calls are capped per endpoint
+# (RQ_ENDPOINT_MAX_IN_FLIGHT) and, after its first timeout, tried one at a time.
+THREADS = int(os.environ.get("RQ_BENCH_THREADS", "16"))
 APPROVE = {"items": [{"id": "INV-1", "action": "approve"}, {"id": "INV-2", "action": "approve"}]}
 
 
