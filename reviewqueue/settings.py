@@ -75,9 +75,10 @@ RQ_BENCH_VIEWS = env_bool("RQ_BENCH_VIEWS", False)
 RQ_LEASE_GRACE = env_int("RQ_LEASE_GRACE", 30)
 # While an endpoint is stalled (an attempt timed out), deliveries other than the probe wait this long.
 RQ_STALLED_WAIT = env_int("RQ_STALLED_WAIT", 30)
-# Once this many calls from one worker process to one endpoint have each waited over RQ_SLOW_CALL
-# seconds, its next deliveries wait RQ_BUSY_WAIT seconds in the database (holds/delivery.py).
-RQ_ENDPOINT_MAX_IN_FLIGHT = env_int("RQ_ENDPOINT_MAX_IN_FLIGHT", 4)
+# Once a call from one worker process to an endpoint has waited over RQ_SLOW_CALL seconds, that
+# process sends at most this many calls to the endpoint at once; its next deliveries wait RQ_BUSY_WAIT
+# seconds in the database (holds/delivery.py).
+RQ_ENDPOINT_MAX_IN_FLIGHT = env_int("RQ_ENDPOINT_MAX_IN_FLIGHT", 8)
 RQ_SLOW_CALL = float(env_str("RQ_SLOW_CALL", "0.5"))
 RQ_BUSY_WAIT = env_int("RQ_BUSY_WAIT", 5)
 RQ_CONFIDENCE_AMBER = 0.8

@@ -397,8 +397,8 @@ def test_one_endpoint_takes_at_most_its_share_of_a_workers_threads(agent, acap, 
         finally:
             connection.close()
 
-    # Three calls start together: none is slow yet, so all three go out. Once they have waited over
-    # RQ_SLOW_CALL, three more come: the cap of two slow calls is reached, and they wait.
+    # Three calls start together: none is slow yet, so all three go out (no cap without a slow call).
+    # Once they have waited over RQ_SLOW_CALL, three more come: the cap of two is passed, they wait.
     first = [threading.Thread(target=one, args=(i,)) for i in ids[:3]]
     for t in first:
         t.start()
@@ -413,7 +413,47 @@ def test_one_endpoint_takes_at_most_its_share_of_a_workers_threads(agent, acap, 
     waiting = Invocation.objects.filter(pk__in=[i for i, r in results.items() if r == "deferred"])
     assert {(w.status, w.attempts, w.first_sent_at) for w in waiting} == {("pending", 0, None)}
     assert all(3.9 <= (w.next_attempt_at - w.created_at).total_seconds() <= 7.5 for w in waiting)
-    assert {w.last_error for w in waiting} == {"deferred: 2 calls to this endpoint were slow in flight"}
+    assert {w.last_error for w in waiting} == {"deferred: 2 calls to this endpoint were in flight, one of them slow"}
+
+
+@pytest.mark.needs_postgres  # threads with their own connections: SQLite locks the table
+@pytest.mark.django_db(transaction=True)
+def test_once_a_call_is_slow_the_young_calls_to_its_endpoint_count_too(agent, acap, settings):
+    import threading
+    import time
+
+    settings.RQ_ENDPOINT_MAX_IN_FLIGHT, settings.RQ_SLOW_CALL, settings.RQ_BUSY_WAIT = 2, 0.5, 5
+
+    def slow(request):
+        time.sleep(2.5)
+        return 200, {"status": "completed", "output": {}}
+
+    agent.default = slow
+    Capability.objects.filter(pk=acap.pk).update(timeout_seconds=10)  # slow, not timing out
+    ids = [Invocation.objects.get(run=factories.start_run(acap)).id for _ in range(3)]
+    results = {}
+
+    def one(invocation_id):
+        try:
+            results[invocation_id] = delivery.deliver(invocation_id)
+        finally:
+            connection.close()
+
+    # One call, then (once it is slow) a second: one slow call alone is under the cap of two, so the
+    # second goes out. The third finds two calls in flight, one of them slow: it waits, although only
+    # one call is slow. Counting slow calls alone let every young call to a hanging agent through.
+    threads = [threading.Thread(target=one, args=(i,)) for i in ids]
+    threads[0].start()
+    time.sleep(1.0)
+    threads[1].start()
+    deadline = time.monotonic() + 5
+    while len(agent.requests) < 2 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    threads[2].start()
+    for t in threads:
+        t.join()
+    assert [results[i] for i in ids] == ["answered", "answered", "deferred"]
+    assert len(agent.requests) == 2 and delivery._in_flight == {}
 
 
 def test_the_relay_finds_what_publishing_lost(agent, acap, monkeypatch, django_capture_on_commit_callbacks):
