@@ -374,9 +374,10 @@ def test_while_an_endpoint_is_stalled_concurrent_deliveries_send_one_at_a_time(a
     assert DeliveryAttempt.objects.filter(invocation_id__in=ids).count() == 1
 
 
-@pytest.mark.needs_postgres  # threads with their own connections: SQLite locks the table
-@pytest.mark.django_db(transaction=True)
-def test_one_endpoint_takes_at_most_its_share_of_a_workers_threads(agent, acap, settings):
+def _slow_endpoint_deliveries(agent, acap, settings, count: int):
+    """`count` due start invocations of an agent that answers after 2.5 s (slow, not timing out),
+    with a cap of two calls once one is slow (0.5 s); returns their ids, the results by id, and a
+    function that makes a thread delivering one of them on its own connection."""
     import threading
     import time
 
@@ -387,8 +388,8 @@ def test_one_endpoint_takes_at_most_its_share_of_a_workers_threads(agent, acap, 
         return 200, {"status": "completed", "output": {}}
 
     agent.default = slow
-    Capability.objects.filter(pk=acap.pk).update(timeout_seconds=10)  # slow, not timing out
-    ids = [Invocation.objects.get(run=factories.start_run(acap)).id for _ in range(6)]
+    Capability.objects.filter(pk=acap.pk).update(timeout_seconds=10)
+    ids = [Invocation.objects.get(run=factories.start_run(acap)).id for _ in range(count)]
     results = {}
 
     def one(invocation_id):
@@ -397,13 +398,22 @@ def test_one_endpoint_takes_at_most_its_share_of_a_workers_threads(agent, acap, 
         finally:
             connection.close()
 
+    return ids, results, lambda invocation_id: threading.Thread(target=one, args=(invocation_id,))
+
+
+@pytest.mark.needs_postgres  # threads with their own connections: SQLite locks the table
+@pytest.mark.django_db(transaction=True)
+def test_one_endpoint_takes_at_most_its_share_of_a_workers_threads(agent, acap, settings):
+    import time
+
+    ids, results, thread = _slow_endpoint_deliveries(agent, acap, settings, 6)
     # Three calls start together: none is slow yet, so all three go out (no cap without a slow call).
     # Once they have waited over RQ_SLOW_CALL, three more come: the cap of two is passed, they wait.
-    first = [threading.Thread(target=one, args=(i,)) for i in ids[:3]]
+    first = [thread(i) for i in ids[:3]]
     for t in first:
         t.start()
     time.sleep(1.2)
-    later = [threading.Thread(target=one, args=(i,)) for i in ids[3:]]
+    later = [thread(i) for i in ids[3:]]
     for t in later:
         t.start()
     for t in first + later:
@@ -419,30 +429,13 @@ def test_one_endpoint_takes_at_most_its_share_of_a_workers_threads(agent, acap, 
 @pytest.mark.needs_postgres  # threads with their own connections: SQLite locks the table
 @pytest.mark.django_db(transaction=True)
 def test_once_a_call_is_slow_the_young_calls_to_its_endpoint_count_too(agent, acap, settings):
-    import threading
     import time
 
-    settings.RQ_ENDPOINT_MAX_IN_FLIGHT, settings.RQ_SLOW_CALL, settings.RQ_BUSY_WAIT = 2, 0.5, 5
-
-    def slow(request):
-        time.sleep(2.5)
-        return 200, {"status": "completed", "output": {}}
-
-    agent.default = slow
-    Capability.objects.filter(pk=acap.pk).update(timeout_seconds=10)  # slow, not timing out
-    ids = [Invocation.objects.get(run=factories.start_run(acap)).id for _ in range(3)]
-    results = {}
-
-    def one(invocation_id):
-        try:
-            results[invocation_id] = delivery.deliver(invocation_id)
-        finally:
-            connection.close()
-
+    ids, results, thread = _slow_endpoint_deliveries(agent, acap, settings, 3)
     # One call, then (once it is slow) a second: one slow call alone is under the cap of two, so the
     # second goes out. The third finds two calls in flight, one of them slow: it waits, although only
     # one call is slow. Counting slow calls alone let every young call to a hanging agent through.
-    threads = [threading.Thread(target=one, args=(i,)) for i in ids]
+    threads = [thread(i) for i in ids]
     threads[0].start()
     time.sleep(1.0)
     threads[1].start()
