@@ -9,6 +9,7 @@ because they double as the Standard Webhooks `webhook-id`.
 import json
 import secrets
 import time
+from datetime import UTC, datetime, timedelta
 
 from django.conf import settings
 from django.db import models
@@ -201,8 +202,17 @@ def new_invocation_id() -> str:
 INVOCATION_ID_RANDOM_BYTES = 8
 
 
-def invocation_id_at(milliseconds: int, random_hex: str) -> str:
-    return f"inv_{milliseconds:012x}{random_hex}"
+def invocation_id_at(at_ms: int, random_hex: str) -> str:
+    return f"inv_{at_ms:012x}{random_hex}"
+
+
+EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+def milliseconds(at: datetime) -> int:
+    """Whole milliseconds since the epoch, in integers: through float seconds, a time like
+    .123000 may come out as 122.99999 ms and lose one."""
+    return (at - EPOCH) // timedelta(milliseconds=1)
 
 
 class Invocation(models.Model):

@@ -13,7 +13,7 @@ import secrets
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import timedelta
 
 from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
@@ -31,6 +31,7 @@ from .models import (
     PendingCount,
     Run,
     invocation_id_at,
+    milliseconds,
     new_invocation_id,
 )
 
@@ -295,10 +296,6 @@ def _write_chunk(plan: _Plan, start: int, size: int, *, unchecked: bool) -> Coun
 HISTORY = 30 * 24 * 3600  # seconds of asks the seeded holds span
 
 
-def _milliseconds(at: datetime) -> int:
-    return int(at.timestamp() * 1000)
-
-
 def _generate(plan: _Plan, start: int, size: int):
     rng = random.Random(plan.seed_value * 1_000_003 + start)
     now, items, mix = plan.now, plan.items, plan.mix
@@ -339,7 +336,7 @@ def _generate(plan: _Plan, start: int, size: int):
             # Decided within 36 h of the ask, and before now: no burst of decisions at "now".
             waited = (now - created).total_seconds() - 1
             decided_at = created + timedelta(seconds=rng.uniform(min(30, waited), min(36 * 3600, waited)))
-        start_id = invocation_id_at(_milliseconds(created), next(random_hex))
+        start_id = invocation_id_at(milliseconds(created), next(random_hex))
         finished = status != "pending"
         runs.append(
             (
@@ -422,7 +419,7 @@ def _generate(plan: _Plan, start: int, size: int):
         )
         audits.append((created, f"run r_{run_id}", "hold.asked", run_id, hold_id, start_id, "{}"))
         if finished:
-            resume_id = invocation_id_at(_milliseconds(decided_at), next(random_hex))
+            resume_id = invocation_id_at(milliseconds(decided_at), next(random_hex))
             resume = (
                 f'{{"hold_id": "h_{hold_id}", "resolved_by": "{"human" if status == "decided" else "expired"}",'
                 f' "items": [{", ".join(decided) if status == "decided" else ""}], "comment": null}}'

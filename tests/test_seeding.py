@@ -6,7 +6,7 @@ import pytest
 from django.db import IntegrityError, connection
 
 from holds import seeding
-from holds.models import AuditEvent, Hold, HoldItem, Invocation, Run, new_invocation_id
+from holds.models import AuditEvent, Hold, HoldItem, Invocation, Run, milliseconds, new_invocation_id
 
 
 def test_ids_follow_the_asks_and_the_pending_holds_are_the_newest(db):
@@ -26,7 +26,7 @@ def test_invocation_ids_carry_their_time_as_the_write_path_makes_them(db):
     assert len(invocations) > 50  # the starts and the finished holds' resumes
     for pk, created in invocations:
         assert len(pk) == len(new_invocation_id())
-        assert int(pk[4:16], 16) == int(created.timestamp() * 1000), pk
+        assert int(pk[4:16], 16) == milliseconds(created), pk
 
 
 @pytest.mark.needs_postgres

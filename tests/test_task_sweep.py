@@ -12,7 +12,7 @@ from django.utils import timezone
 
 from holds import outbox, services, tasks
 from holds.auth import run_token_hash
-from holds.models import AuditEvent, Hold, Invocation, PendingCount, new_invocation_id
+from holds.models import AuditEvent, Hold, Invocation, PendingCount, milliseconds, new_invocation_id
 from tests import factories
 
 pytestmark = pytest.mark.django_db
@@ -176,7 +176,7 @@ def test_the_sql_sweep_gives_each_resume_a_fresh_id_and_its_run_token_hash(cap):
     for resume in resumes:
         # As new_invocation_id makes them: the time in milliseconds, then 8 random bytes.
         assert re.fullmatch(r"inv_[0-9a-f]{12}[0-9a-f]{16}", resume.id), resume.id
-        assert int(resume.id[4:16], 16) == int(resume.created_at.timestamp() * 1000)
+        assert int(resume.id[4:16], 16) == milliseconds(resume.created_at)
         assert resume.token_hash == run_token_hash(resume.id)
 
 
