@@ -519,6 +519,18 @@ def _nice_max(value: float) -> int:
     return int(value)
 
 
+TICK_HALF_WIDTH = 15  # half of an "18:00" label in the axis font (11 px)
+
+
+def _tick(bar) -> dict:
+    """An hour label centred under its bar; under the last slots it ends at the chart's right edge
+    instead, where centred it was cut off (at 18:00 the "0" was lost)."""
+    x = round(bar.x + bar.width / 2, 2)
+    if x + TICK_HALF_WIDTH > CHART_W:
+        return {"x": CHART_W, "anchor": "end", "label": f"{bar.hour:%H}:00"}
+    return {"x": x, "anchor": "middle", "label": f"{bar.hour:%H}:00"}
+
+
 def chart(hours: dict, now: datetime) -> dict:
     """Decisions and expiries per hour for the last 48 hours, as SVG geometry."""
     first = floor_hour(now) - 47 * HOUR
@@ -551,11 +563,7 @@ def chart(hours: dict, now: datetime) -> dict:
     # Gridlines only where the value is a whole number of decisions.
     fractions = (0, 0.25, 0.5, 0.75, 1) if top % 4 == 0 else (0, 0.5, 1) if top % 2 == 0 else (0, 1)
     grid = [{"value": round(top * f), "y": round(CHART_TOP + plot_h * (1 - f), 2)} for f in fractions]
-    ticks = [
-        {"x": round(bar.x + bar.width / 2, 2), "label": f"{bar.hour:%H}:00"}
-        for n, bar in enumerate(bars)
-        if bar.hour.hour % 6 == 0
-    ]
+    ticks = [_tick(bar) for bar in bars if bar.hour.hour % 6 == 0]
     return {
         "bars": bars,
         "slots": _slots_svg(bars, top=CHART_TOP, plot_h=plot_h),

@@ -174,6 +174,20 @@ def test_it_charts_48_hours_with_sealed_and_live_hours(admin_user, robot):
     assert chart["bars"][-1].h_decided > 0
 
 
+@pytest.mark.parametrize("hour", [18, 17, 13, 12])
+def test_every_hour_label_fits_inside_the_chart(hour):
+    # 18:00 in the last slot, centred under its bar, was cut off at the right edge.
+    chart = ops.chart({}, dt.datetime(2026, 12, 4, hour, 30, tzinfo=dt.UTC))
+    assert [t["label"] for t in chart["ticks"]][-1] == f"{hour // 6 * 6:02d}:00"
+    for tick in chart["ticks"]:
+        left, right = {
+            "middle": (tick["x"] - ops.TICK_HALF_WIDTH, tick["x"] + ops.TICK_HALF_WIDTH),
+            "end": (tick["x"] - 2 * ops.TICK_HALF_WIDTH, tick["x"]),
+        }[tick["anchor"]]
+        assert 0 <= left and right <= chart["width"], tick
+    assert chart["ticks"][0]["anchor"] == "middle"
+
+
 def test_its_windows_and_chart_read_the_same_once_whole_hours_are_sealed(settings, robot):
     some_data(settings, robot, n=3)
     now = timezone.now()
