@@ -190,16 +190,16 @@ class IdempotencyKey(models.Model):
         return f"{self.caller} {self.key}"
 
 
-def new_invocation_id() -> str:
-    return invocation_id_at(time.time_ns() // 1_000_000, secrets.token_hex(INVOCATION_ID_RANDOM_BYTES))
-
-
 # An invocation id is `inv_`, its creation time in milliseconds (12 hex digits) and 8 random bytes.
 # Time first, so that invocations made close in time sit close in every index keyed by their id: the
 # primary key, and the holds' index on their asking invocation. With wholly random ids, a sweep of
 # 1,000 holds touched about 1,000 leaf pages of each (a full page image in the WAL for each after a
 # checkpoint); the random part keeps the ids unique and unguessable among those of one millisecond.
 INVOCATION_ID_RANDOM_BYTES = 8
+
+
+def new_invocation_id() -> str:
+    return invocation_id_at(time.time_ns() // 1_000_000, secrets.token_hex(INVOCATION_ID_RANDOM_BYTES))
 
 
 def invocation_id_at(at_ms: int, random_hex: str) -> str:

@@ -526,9 +526,8 @@ def _tick(bar) -> dict:
     """An hour label centred under its bar; under the last slots it ends at the chart's right edge
     instead, where centred it was cut off (at 18:00 the "0" was lost)."""
     x = round(bar.x + bar.width / 2, 2)
-    if x + TICK_HALF_WIDTH > CHART_W:
-        return {"x": CHART_W, "anchor": "end", "label": f"{bar.hour:%H}:00"}
-    return {"x": x, "anchor": "middle", "label": f"{bar.hour:%H}:00"}
+    at_edge = x + TICK_HALF_WIDTH > CHART_W
+    return {"x": CHART_W if at_edge else x, "anchor": "end" if at_edge else "middle", "label": f"{bar.hour:%H}:00"}
 
 
 def chart(hours: dict, now: datetime) -> dict:
