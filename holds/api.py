@@ -24,9 +24,9 @@ from .auth import (
     token_invocation_id,
 )
 from .errors import BadJson, Forbidden, Invalid, NotFound, ServiceError, TooLarge, Unauthorized
+from .ids import FILE, HOLD, RUN, parse_public_id
 from .models import Hold, Invocation, Run, RunFile, RunState
 from .schemas import MAX_ASK_BYTES, MAX_FILE_BYTES, MAX_STATE_BYTES, parse_json, validate_start
-from .serializers import parse_public_id
 
 MAX_DECISION_BYTES = MAX_ASK_BYTES
 # The lengths of their columns (RunState.key, IdempotencyKey.key).
@@ -121,7 +121,7 @@ def viewer_only(actor: Actor) -> None:
 
 
 def get_hold(actor: Actor, hold_id: str) -> Hold:
-    pk = parse_public_id(hold_id, "h")
+    pk = parse_public_id(hold_id, HOLD)
     holds = Hold.objects.select_related("run", "capability")
     if actor.kind == "run":
         # Another run's hold is simply not there for this token.
@@ -211,7 +211,7 @@ def runs(request):
 
 
 def get_run(actor: Actor, run_id: str) -> Run:
-    pk = parse_public_id(run_id, "r")
+    pk = parse_public_id(run_id, RUN)
     run = Run.objects.select_related("capability").filter(pk=pk).first() if pk else None
     if run is None or (actor.kind == "run" and run.pk != actor.run.pk):
         raise NotFound(f"run {run_id} does not exist")
@@ -298,7 +298,7 @@ def files(request):
 @endpoint("GET")
 def file_download(request, file_id: str):
     actor = caller(request)
-    pk = parse_public_id(file_id, "f")
+    pk = parse_public_id(file_id, FILE)
     run_file = RunFile.objects.filter(pk=pk).first() if pk else None
     if run_file is None or (actor.kind == "run" and run_file.run_id != actor.run.pk):
         raise NotFound(f"file {file_id} does not exist")

@@ -19,33 +19,10 @@ from django.utils.http import urlencode
 from django.views.decorators.http import require_GET
 
 from .auth import actor_for_user
-from .models import AuditEvent
+from .ids import HOLD, RUN, parse_public_id, public_id
+from .models import AuditEvent, AuditKind
+from .paging import decode_cursor, encode_cursor, read_page
 
-PAGE_SIZE = 100
-KNOWN_KINDS = (
-    "hold.asked",
-    "hold.decided",
-    "hold.expired",
-    "run.started",
-    "run.held",
-    "run.completed",
-    "run.failed",
-    "invocation.attempt",
-    "invocation.retried",
-    "file.uploaded",
-    "capability.synced",
-    "capability.approvers_changed",
-    "capability.endpoint_disabled",
-    "capability.endpoint_enabled",
-    "person.added",
-    "person.changed",
-    "person.role_changed",
-    "person.activated",
-    "person.deactivated",
-    "service_account.created",
-    "service_account.role_changed",
-    "service_account.revoked",
-)
 # Spreadsheets run a cell that starts with one of these as a formula; a quote makes it text.
 FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
 
@@ -63,8 +40,8 @@ class Filters:
     def query(self) -> dict:
         """The filters as they were typed, for links that keep them."""
         values = {
-            "hold": f"h_{self.hold}" if self.hold else "",
-            "run": f"r_{self.run}" if self.run else "",
+            "hold": public_id(HOLD, self.hold) if self.hold else "",
+            "run": public_id(RUN, self.run) if self.run else "",
             "actor": self.actor,
             "kind": self.kind,
             "since": self.since.strftime("%Y-%m-%dT%H:%M") if self.since else "",
@@ -74,13 +51,12 @@ class Filters:
 
 
 def _ref(text: str, prefix: str) -> tuple[int | None, bool]:
+    """A hold or run filter: `h_7`, or the bare number; (None, True) when empty, ok False when bad."""
     text = text.strip()
-    digits = text[len(prefix) :] if text.startswith(prefix) else text
     if not text:
         return None, True
-    if digits.isdigit() and len(digits) < 19:
-        return int(digits), True
-    return None, False
+    pk = parse_public_id(text if text.startswith(prefix + "_") else f"{prefix}_{text}", prefix)
+    return pk, pk is not None
 
 
 def _moment(text: str) -> tuple[datetime | None, bool]:
@@ -97,10 +73,10 @@ def _moment(text: str) -> tuple[datetime | None, bool]:
 
 def parse_filters(params) -> Filters:
     errors = []
-    hold, ok = _ref(params.get("hold", ""), "h_")
+    hold, ok = _ref(params.get("hold", ""), HOLD)
     if not ok:
         errors.append("Hold: an id like h_12.")
-    run, ok = _ref(params.get("run", ""), "r_")
+    run, ok = _ref(params.get("run", ""), RUN)
     if not ok:
         errors.append("Run: an id like r_5.")
     since, ok = _moment(params.get("since", ""))
@@ -158,23 +134,23 @@ def data_text(data) -> str:
 def audit(request):
     actor = _admin(request)
     filters = parse_filters(request.GET)
-    before = request.GET.get("before", "")
+    after = decode_cursor(request.GET.get("cursor", ""), 1)
     events = filtered(filters)
-    if before.isdigit() and len(before) < 19:
-        events = events.filter(id__lt=int(before))
-    rows = list(events[: PAGE_SIZE + 1]) if not filters.errors else []
-    more = len(rows) > PAGE_SIZE
-    rows = rows[:PAGE_SIZE]
+    if after:
+        events = events.filter(id__lt=after[0])
+    rows, more = read_page(events) if not filters.errors else ([], False)
     query = filters.query()
     context = {
         "events": [{"event": e, "data": data_text(e.data)} for e in rows],
         "filters": filters,
         "query": query,
-        "kinds": KNOWN_KINDS,
+        "kinds": AuditKind.choices,
         "filtered": bool(query),
         "first_url": reverse("audit") + ("?" + urlencode(query) if query else ""),
-        "next_url": reverse("audit") + "?" + urlencode({**query, "before": rows[-1].pk}) if more else "",
-        "later_page": bool(before),
+        "next_url": reverse("audit") + "?" + urlencode({**query, "cursor": encode_cursor([rows[-1].pk])})
+        if more
+        else "",
+        "later_page": bool(after),
         "csv_url": reverse("audit-csv") + ("?" + urlencode(query) if query else ""),
         "role": actor.role,
         "nav": "audit",
@@ -213,8 +189,8 @@ def audit_csv(request):
                     event.at.isoformat(),
                     _cell(event.actor),
                     _cell(event.kind),
-                    f"r_{event.run_id_ref}" if event.run_id_ref else "",
-                    f"h_{event.hold_id_ref}" if event.hold_id_ref else "",
+                    public_id(RUN, event.run_id_ref) if event.run_id_ref else "",
+                    public_id(HOLD, event.hold_id_ref) if event.hold_id_ref else "",
                     _cell(event.invocation_id_ref),
                     _cell(data_text(event.data)),
                 ]

@@ -155,9 +155,7 @@ def shared_client() -> httpx.Client:
 # RQ_SLOW_CALL seconds, the endpoint may have at most RQ_ENDPOINT_MAX_IN_FLIGHT calls in flight from
 # this process, young ones included (they are as stuck as the slow one), and its next deliveries wait
 # in the database. An endpoint with no slow call has no cap: a busy worker's fast calls are many at
-# once, and none of them is slow. (Counting only the slow calls let every call started within the
-# last RQ_SLOW_CALL seconds through as well: at 350 deliveries/s with 10 % to a hanging agent, that
-# was more threads than the cap.)
+# once, and none of them is slow (docs/decisions.md, "A slow endpoint, a share of a worker's threads").
 _in_flight: dict[str, dict[object, float]] = {}
 _in_flight_lock = threading.Lock()
 

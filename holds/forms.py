@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 from .models import Hold, HoldItem
 from .rendering import json_type
-from .schemas import blank_to_none, canonical_json, finite_float, parse_json, validate_decision
+from .schemas import blank_to_none, changed_fields, finite_float, parse_json, validate_decision
 
 ACTION_LABELS = {"approve": "Approve", "edit": "Edit", "reject": "Reject", "feedback": "Feedback"}
 LONG_STRING = 80
@@ -76,11 +76,7 @@ class ItemForm:
     def changes(self) -> list[tuple[str, object, object]]:
         if self.action != "edit" or self.new_data is None:
             return []
-        return [
-            (key, old, self.new_data[key])
-            for key, old in self.item.data.items()
-            if canonical_json(old) != canonical_json(self.new_data[key])
-        ]
+        return changed_fields(self.item.data, self.new_data)
 
 
 class DecisionForm:

@@ -14,6 +14,8 @@ import re
 import uuid
 from datetime import UTC, datetime
 
+from .ids import HOLD, RUN, parse_public_id
+
 CONTEXT_KEYS = ("request_id", "run_id", "hold_id", "invocation_id")
 _context = {key: contextvars.ContextVar(key, default=None) for key in CONTEXT_KEYS}
 # A caller-supplied X-Request-ID is kept only if it is short and plain (it goes into every line).
@@ -72,11 +74,6 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(entry, default=str, ensure_ascii=False)
 
 
-def _public_pk(value, prefix: str):
-    text = str(value or "")
-    return text[len(prefix) :] if text.startswith(prefix) and text[len(prefix) :].isdigit() else None
-
-
 class RequestIdMiddleware:
     """Gives every request an id (the caller's X-Request-ID when plain, else a new one), logs with
     it, and sends it back in X-Request-ID so a user's report can be found in the logs.
@@ -99,8 +96,8 @@ class RequestIdMiddleware:
 
     def process_view(self, request, view_func, view_args, view_kwargs):
         bind(
-            hold_id=_public_pk(view_kwargs.get("hold_id"), "h_"),
-            run_id=_public_pk(view_kwargs.get("run_id"), "r_"),
+            hold_id=parse_public_id(view_kwargs.get("hold_id"), HOLD),
+            run_id=parse_public_id(view_kwargs.get("run_id"), RUN),
             invocation_id=view_kwargs.get("invocation_id"),
         )
 

@@ -15,6 +15,8 @@ from django.conf import settings
 from django.db import models
 from django.db.models import Q
 
+from .ids import FILE, HOLD, RUN, public_id
+
 
 class ExactJSONField(models.TextField):
     """JSON kept as the text we wrote, so numbers read back with their type and value.
@@ -70,6 +72,44 @@ class InvocationStatus(models.TextChoices):
     UNDELIVERABLE = "undeliverable"  # retries exhausted; an admin may retry
     PARKED = "parked"  # the endpoint answered 410 or is disabled
     CANCELLED = "cancelled"  # the run finished before it was sent
+
+
+class Action(models.TextChoices):
+    """What a reviewer does with one item."""
+
+    APPROVE = "approve", "Approve"
+    EDIT = "edit", "Edit"
+    REJECT = "reject", "Reject"
+    FEEDBACK = "feedback", "Feedback"
+
+
+class AuditKind(models.TextChoices):
+    """Every kind of audit event; the audit page's filter lists these labels."""
+
+    HOLD_ASKED = "hold.asked", "hold asked"
+    HOLD_DECIDED = "hold.decided", "hold decided"
+    HOLD_EXPIRED = "hold.expired", "hold expired"
+    RUN_STARTED = "run.started", "run started"
+    RUN_HELD = "run.held", "run held"
+    RUN_COMPLETED = "run.completed", "run completed"
+    RUN_FAILED = "run.failed", "run failed"
+    INVOCATION_ATTEMPT = "invocation.attempt", "delivery attempt"
+    INVOCATION_RETRIED = "invocation.retried", "delivery retried"
+    FILE_UPLOADED = "file.uploaded", "file uploaded"
+    CAPABILITY_SYNCED = "capability.synced", "capability synced"
+    CAPABILITY_APPROVERS_CHANGED = "capability.approvers_changed", "approvers changed"
+    CAPABILITY_ENDPOINT_DISABLED = "capability.endpoint_disabled", "endpoint disabled (410)"
+    CAPABILITY_ENDPOINT_ENABLED = "capability.endpoint_enabled", "endpoint enabled"
+    CAPABILITY_ENDPOINT_STALLED = "capability.endpoint_stalled", "endpoint stalled"
+    CAPABILITY_ENDPOINT_ANSWERING = "capability.endpoint_answering", "endpoint answering again"
+    PERSON_ADDED = "person.added", "person added"
+    PERSON_CHANGED = "person.changed", "person changed"
+    PERSON_ROLE_CHANGED = "person.role_changed", "person's role changed"
+    PERSON_ACTIVATED = "person.activated", "person activated"
+    PERSON_DEACTIVATED = "person.deactivated", "person deactivated"
+    SERVICE_ACCOUNT_CREATED = "service_account.created", "service account created"
+    SERVICE_ACCOUNT_ROLE_CHANGED = "service_account.role_changed", "service account's role changed"
+    SERVICE_ACCOUNT_REVOKED = "service_account.revoked", "service account revoked"
 
 
 class Capability(models.Model):
@@ -157,7 +197,7 @@ class Run(models.Model):
 
     @property
     def public_id(self) -> str:
-        return f"r_{self.pk}"
+        return public_id(RUN, self.pk)
 
     @property
     def finished(self) -> bool:
@@ -170,7 +210,7 @@ class Run(models.Model):
         if self.started_by_account_id:
             return f"service account {self.started_by_account.name}"
         if self.parent_id:
-            return f"run r_{self.parent_id}"
+            return f"run {public_id(RUN, self.parent_id)}"
         # Started by the service itself (a management command such as the demo seed).
         return "system"
 
@@ -289,8 +329,11 @@ class Hold(models.Model):
     Status = HoldStatus
 
     run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="holds")
-    # The invocation that asked; a resume is not sent before it has answered.
-    invocation = models.ForeignKey(Invocation, on_delete=models.CASCADE, related_name="asked_holds")
+    # The invocation that asked; a resume is not sent before it has answered. An invocation asks at most
+    # one hold (the unique constraint below is also its index).
+    invocation = models.ForeignKey(
+        Invocation, on_delete=models.CASCADE, related_name="asked_holds", db_index=False
+    )
     # Copied from the run so that the queue filters and sorts without a join.
     capability = models.ForeignKey(Capability, on_delete=models.PROTECT, related_name="holds")
     status = models.CharField(max_length=10, choices=Status.choices, default=Status.PENDING)
@@ -320,6 +363,8 @@ class Hold(models.Model):
         constraints = [
             # A run has at most one open question.
             models.UniqueConstraint(fields=["run"], condition=Q(status="pending"), name="one_pending_hold_per_run"),
+            # A second hold of one invocation would share the first one's resume seq (asker's + 1).
+            models.UniqueConstraint(fields=["invocation"], name="one_hold_per_invocation"),
             models.CheckConstraint(condition=Q(status__in=HoldStatus.values), name="hold_status_valid"),
             models.CheckConstraint(condition=Q(item_count__gte=1, item_count__lte=100), name="hold_item_count"),
         ]
@@ -357,15 +402,11 @@ class Hold(models.Model):
 
     @property
     def public_id(self) -> str:
-        return f"h_{self.pk}"
+        return public_id(HOLD, self.pk)
 
 
 class HoldItem(models.Model):
-    class Action(models.TextChoices):
-        APPROVE = "approve"
-        EDIT = "edit"
-        REJECT = "reject"
-        FEEDBACK = "feedback"
+    Action = Action
 
     hold = models.ForeignKey(Hold, on_delete=models.CASCADE, related_name="items")
     position = models.PositiveSmallIntegerField()
@@ -386,7 +427,7 @@ class HoldItem(models.Model):
         ]
 
     def __str__(self) -> str:
-        return f"h_{self.hold_id} {self.item_id}"
+        return f"{public_id(HOLD, self.hold_id)} {self.item_id}"
 
 
 class AuditEvent(models.Model):
@@ -433,7 +474,7 @@ class RunFile(models.Model):
 
     @property
     def public_id(self) -> str:
-        return f"f_{self.pk}"
+        return public_id(FILE, self.pk)
 
 
 class RunState(models.Model):
@@ -447,7 +488,7 @@ class RunState(models.Model):
         constraints = [models.UniqueConstraint(fields=["run", "key"], name="run_state_key_unique")]
 
     def __str__(self) -> str:
-        return f"r_{self.run_id} {self.key}"
+        return f"{public_id(RUN, self.run_id)} {self.key}"
 
 
 # --- ops: pre-aggregated counters and notification records (issue 7) ---------------------------
@@ -536,4 +577,4 @@ class Notification(models.Model):
         ]
 
     def __str__(self) -> str:
-        return f"h_{self.hold_id} {self.kind} {self.channel}"
+        return f"{public_id(HOLD, self.hold_id)} {self.kind} {self.channel}"

@@ -18,7 +18,6 @@ import httpx
 from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.core import mail
-from django.db import transaction
 from django.db.models import F, Q
 from django.urls import reverse
 from django.utils import timezone
@@ -41,26 +40,11 @@ class Busy(Exception):
     """Another worker holds the claim of this notification; try again after it runs out."""
 
 
-# --- enqueueing (never raises into the caller) ---------------------------------------------------
+# --- what is due ---------------------------------------------------------------------------------
 
 
-def hold_asked(hold_id: int) -> None:
-    """Called when a run is held on its pending hold. Enqueues only after the commit; never raises."""
-    transaction.on_commit(lambda: enqueue(hold_id, Notification.Kind.ASKED))
-
-
-def enqueue(hold_id: int, kind: str) -> None:
-    from .notify_tasks import notify
-
-    try:
-        notify.delay(hold_id, kind)
-    except Exception:
-        # The broker is down: beat's catch-up (or the next reminder pass) sends it later.
-        log.warning("could not enqueue the %s notification", kind, extra={"hold_id": hold_id})
-
-
-def enqueue_due(*, now=None) -> int:
-    """Beat: holds due a reminder, and new holds whose enqueue was lost. Returns holds enqueued."""
+def due(*, now=None) -> list[tuple[str, list[int]]]:
+    """Beat's pass: holds due a reminder, and new holds whose enqueue was lost, by notification kind."""
     now = now or timezone.now()
     pending = Hold.objects.filter(status=Hold.Status.PENDING)
     # Walks the pending-and-expiring partial index (hold_sweep_due); a hold is reminded once.
@@ -75,12 +59,7 @@ def enqueue_due(*, now=None) -> int:
         .exclude(notifications__kind=Notification.Kind.ASKED)
         .values_list("pk", flat=True)[:500]
     )
-    count = 0
-    for kind, ids in ((Notification.Kind.REMINDER, list(remind)), (Notification.Kind.ASKED, list(missed))):
-        for hold_id in ids:
-            enqueue(hold_id, kind)
-            count += 1
-    return count
+    return [(Notification.Kind.REMINDER, list(remind)), (Notification.Kind.ASKED, list(missed))]
 
 
 # --- sending --------------------------------------------------------------------------------------
@@ -186,7 +165,7 @@ def _claim(hold: Hold, kind: str, channel: str) -> Notification | None:
     if won != 1:
         if Notification.objects.filter(pk=row.pk, sent_at__isnull=False).exists():
             return None
-        raise Busy(f"h_{hold.pk} {kind} {channel} is being sent by another worker")
+        raise Busy(f"{hold.public_id} {kind} {channel} is being sent by another worker")
     return row
 
 

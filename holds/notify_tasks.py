@@ -1,5 +1,5 @@
-"""Celery tasks of issue 7: notifications, reminders and the ops rollup. Thin: they call
-notifications.py and ops.py. holds/tasks.py imports this module so that workers register them."""
+"""Celery tasks of notifications, reminders and the ops rollup. Thin: they call notifications.py and
+ops.py. holds/tasks.py imports this module so that workers register them."""
 
 import logging
 
@@ -7,6 +7,7 @@ from celery import shared_task
 from django.conf import settings
 
 from . import notifications, ops
+from .models import Notification
 
 log = logging.getLogger(__name__)
 
@@ -38,9 +39,29 @@ def notify(self, hold_id: int, kind: str, channels: list[str] | None = None) -> 
     raise self.retry(args=(hold_id, kind, list(failed)), countdown=countdown) from None
 
 
+def enqueue(hold_id: int, kind: str) -> None:
+    """Publishes one hold's notification; never raises into the caller."""
+    try:
+        notify.delay(hold_id, kind)
+    except Exception:
+        # The broker is down: beat's catch-up (or the next reminder pass) sends it later.
+        log.warning("could not enqueue the %s notification", kind, extra={"hold_id": hold_id})
+
+
+def hold_asked(hold_id: int) -> None:
+    """A run is held on its pending hold (after the commit, through services.ports)."""
+    enqueue(hold_id, Notification.Kind.ASKED)
+
+
 @shared_task(ignore_result=True)
-def remind_due() -> int:
-    return notifications.enqueue_due()
+def remind_due(now=None) -> int:
+    """Beat: reminders, and the asks whose notification was lost. Returns holds enqueued."""
+    count = 0
+    for kind, hold_ids in notifications.due(now=now):
+        for hold_id in hold_ids:
+            enqueue(hold_id, kind)
+            count += 1
+    return count
 
 
 @shared_task(ignore_result=True)

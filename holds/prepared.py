@@ -2,13 +2,12 @@
 
 Django binds parameters on the client, so PostgreSQL parses and plans every statement it is sent,
 every time. For the joins and CTEs on the delivery path that planning cost more than running them
-(pg_stat_statements: 2.1 ms of planning against 1.4 ms of execution per delivery;
-docs/benchmarks-notes.md). So each statement sent here is PREPAREd once in each connection, and is
+(docs/benchmarks-notes.md). So each statement sent here is PREPAREd once in each connection, and is
 then sent as a short EXECUTE with its values; a list of them travels as one text (one round trip).
 
 Not psycopg's own prepared statements: they need its pipeline mode to send several at once, and
 its pipeline waits for the answer by polling, which cost the worker more CPU than the planning saved
-PostgreSQL (3 ms more per delivery with 24 threads).
+PostgreSQL (docs/benchmarks-notes.md).
 """
 
 import datetime

@@ -5,18 +5,17 @@ a page costs the same with ten holds or ten thousand, and each query walks one p
 `hold_queue` / `hold_queue_by_capability` for the queue, `hold_history` for history.
 """
 
-import base64
-import json
 from dataclasses import dataclass
 from datetime import datetime
 
 from django.db.models import F, Q
 from django.utils.dateparse import parse_datetime
 
-from .auth import Actor
+from .auth import Actor, decidable_holds
+from .ids import FILE, parse_public_id
 from .models import Capability, Hold, HoldItem, Invocation, RunFile
+from .paging import decode_cursor, encode_cursor, read_page
 
-PAGE_SIZE = 50
 NEW_CAP = 99  # "99+ new": the new-holds probe reads at most this many ids + 1
 
 
@@ -27,30 +26,8 @@ class Page:
     cursor: str  # the cursor this page was read after ("" for the first page)
 
 
-def _encode(values: list) -> str:
-    return base64.urlsafe_b64encode(json.dumps(values).encode()).decode().rstrip("=")
-
-
-def _decode(text: str) -> list | None:
-    """A cursor this server gave out, or None for anything else (a hand-edited URL starts over)."""
-    if not text:
-        return None
-    try:
-        values = json.loads(base64.urlsafe_b64decode(text + "=" * (-len(text) % 4)))
-    except (ValueError, UnicodeDecodeError):
-        return None
-    if not isinstance(values, list) or len(values) != 3 or not isinstance(values[2], int):
-        return None
-    return values
-
-
 def _when(text) -> datetime | None:
     return parse_datetime(text) if isinstance(text, str) else None
-
-
-def decidable_capability_ids(actor: Actor, capabilities: list[Capability]) -> list[int]:
-    """Capabilities whose holds this person's role may decide (self-approval is checked per hold)."""
-    return [c.pk for c in capabilities if actor.role and actor.role in (c.approvers or [])]
 
 
 def _queue_base(actor: Actor, capabilities: list[Capability], *, show_all: bool, capability: Capability | None):
@@ -58,12 +35,7 @@ def _queue_base(actor: Actor, capabilities: list[Capability], *, show_all: bool,
     if capability is not None:
         holds = holds.filter(capability=capability)
     if not show_all:
-        holds = holds.filter(capability_id__in=decidable_capability_ids(actor, capabilities))
-        strict = [c.pk for c in capabilities if not c.self_approval]
-        if strict and actor.kind == "user":
-            # Runs this person started (or whose parent they started) are not theirs to decide.
-            mine = Q(run__started_by_user=actor.user) | Q(run__parent__started_by_user=actor.user)
-            holds = holds.exclude(Q(capability_id__in=strict) & mine)
+        holds = decidable_holds(actor, holds, capabilities)
     return holds
 
 
@@ -80,7 +52,7 @@ def queue_page(
     holds = _queue_base(actor, capabilities, show_all=show_all, capability=capability)
     if search:
         holds = holds.filter(search_text__contains=search.lower())
-    after = _decode(cursor)
+    after = decode_cursor(cursor, 3)
     if after:
         expires, created, pk = _when(after[0]), _when(after[1]), after[2]
         tail = Q(created_at__gt=created) | Q(created_at=created, pk__gt=pk)
@@ -89,13 +61,11 @@ def queue_page(
         else:
             holds = holds.filter(Q(expires_at__gt=expires) | Q(expires_at=expires) & tail | Q(expires_at__isnull=True))
     holds = holds.select_related("capability").order_by(F("expires_at").asc(nulls_last=True), "created_at", "pk")
-    rows = list(holds[: PAGE_SIZE + 1])
-    more = len(rows) > PAGE_SIZE
-    rows = rows[:PAGE_SIZE]
+    rows, more = read_page(holds)
     next_cursor = None
     if more:
         last = rows[-1]
-        next_cursor = _encode(
+        next_cursor = encode_cursor(
             [last.expires_at.isoformat() if last.expires_at else None, last.created_at.isoformat(), last.pk]
         )
     return Page(rows=rows, next_cursor=next_cursor, cursor=cursor if after else "")
@@ -135,15 +105,13 @@ def history_page(*, capability: Capability | None = None, status: str = "", sear
         holds = holds.filter(capability=capability)
     if search:
         holds = holds.filter(search_text__contains=search.lower())
-    after = _decode(cursor)
+    after = decode_cursor(cursor, 3)
     if after and _when(after[0]) is not None:
         decided, pk = _when(after[0]), after[2]
         holds = holds.filter(Q(decided_at__lt=decided) | Q(decided_at=decided, pk__lt=pk))
     holds = holds.select_related("capability").order_by("-decided_at", "-pk")
-    rows = list(holds[: PAGE_SIZE + 1])
-    more = len(rows) > PAGE_SIZE
-    rows = rows[:PAGE_SIZE]
-    next_cursor = _encode([rows[-1].decided_at.isoformat(), None, rows[-1].pk]) if more else None
+    rows, more = read_page(holds)
+    next_cursor = encode_cursor([rows[-1].decided_at.isoformat(), None, rows[-1].pk]) if more else None
     return Page(rows=rows, next_cursor=next_cursor, cursor=cursor if after else "")
 
 
@@ -164,7 +132,7 @@ def hold_items(hold: Hold) -> list[HoldItem]:
 
 def hold_files(hold: Hold) -> list[RunFile]:
     """The hold's files of its own run, in the order the agent listed them."""
-    wanted = [int(f[2:]) for f in hold.files or [] if isinstance(f, str) and f[:2] == "f_" and f[2:].isdigit()]
+    wanted = [pk for pk in (parse_public_id(f, FILE) for f in hold.files or []) if pk is not None]
     if not wanted:
         return []
     found = {f.pk: f for f in RunFile.objects.filter(run_id=hold.run_id, pk__in=wanted)}

@@ -1,10 +1,10 @@
 """Model instances from hand-written SQL.
 
 The hottest statements (the run-token lookup, a delivery's claim, recording an answer) are written
-out once instead of being compiled by the ORM on every call, which measured about 3 ms a query on
-this machine against under 1 ms for the statement itself. `Columns` keeps them honest: the columns
-come from the model, and values go back through the same converters the ORM applies (JSON, SQLite
-dates), so the instances are the ORM's own. Fields not selected are deferred and load on first use.
+out once instead of being compiled by the ORM on every call (compiling cost more than running them;
+docs/benchmarks-notes.md). `Columns` keeps them honest: the columns come from the model, and values
+go back through the same converters the ORM applies (JSON), so the instances are the ORM's own.
+Fields not selected are deferred and load on first use.
 """
 
 from django.db import connection

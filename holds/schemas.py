@@ -10,6 +10,7 @@ import math
 import re
 from typing import Annotated, Any, Literal
 
+import jsonschema
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError
 
 ACTIONS = ("approve", "edit", "reject", "feedback")
@@ -129,6 +130,19 @@ def validate_start(body: Any) -> tuple[RunStartIn | None, list[dict]]:
     return _pydantic_errors(RunStartIn, body)
 
 
+def schema_errors(schema: dict | None, value: Any, root: str) -> list[dict]:
+    """Every place where `value` breaks a capability's JSON Schema (input or output), by path."""
+    if not schema:
+        return []
+    errors = []
+    for err in sorted(jsonschema.Draft202012Validator(schema).iter_errors(value), key=lambda e: list(e.absolute_path)):
+        path = root
+        for part in err.absolute_path:
+            path += f"[{part}]" if isinstance(part, int) else f".{part}"
+        errors.append({"field": path, "message": err.message})
+    return errors
+
+
 def blank_to_none(text: str | None) -> str | None:
     return text if text is not None and text.strip() else None
 
@@ -215,6 +229,16 @@ def _has_nul(value: Any) -> bool:
     if isinstance(value, list):
         return any(_has_nul(item) for item in value)
     return False
+
+
+def changed_fields(asked: dict, decided: dict) -> list[tuple[str, Any, Any]]:
+    """The fields an edit changed, in asked order, as (key, old, new): values compared as JSON
+    (an object's key order never counts), so the last look and the decided page agree."""
+    return [
+        (key, old, decided.get(key))
+        for key, old in asked.items()
+        if canonical_json(old) != canonical_json(decided.get(key))
+    ]
 
 
 def canonical_json(value: Any) -> str:

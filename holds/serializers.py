@@ -1,20 +1,10 @@
 """How holds, runs and files read on the wire (SPEC "Shapes")."""
 
-import base64
-import json
-
 from .auth import Actor
 from .errors import Invalid
+from .ids import HOLD, RUN, public_id
 from .models import Hold, HoldItem, Invocation, Run, RunFile
-
-PAGE_SIZE = 50
-
-
-def parse_public_id(text: str, prefix: str) -> int | None:
-    head, _, tail = (text or "").partition("_")
-    if head != prefix or not tail.isdigit() or len(tail) > 18:
-        return None
-    return int(tail)
+from .paging import decode_cursor, encode_cursor, read_page
 
 
 def iso(value):
@@ -28,7 +18,7 @@ def hold_full(hold: Hold) -> dict:
     resume = Invocation.objects.filter(hold=hold, kind=Invocation.Kind.RESUME).values_list("resume", flat=True).first()
     return {
         "hold_id": hold.public_id,
-        "run_id": f"r_{hold.run_id}",
+        "run_id": public_id(RUN, hold.run_id),
         "capability": hold.capability.name,
         "status": hold.status,
         "intent": hold.intent,
@@ -51,17 +41,6 @@ def item_wire(values: dict) -> dict:
     return out
 
 
-def encode_cursor(value) -> str:
-    return base64.urlsafe_b64encode(json.dumps(value).encode()).decode()
-
-
-def decode_cursor(text: str):
-    try:
-        return json.loads(base64.urlsafe_b64decode(text.encode()))
-    except (ValueError, UnicodeDecodeError):
-        raise Invalid([{"field": "cursor", "message": "not a cursor this server gave out"}]) from None
-
-
 def hold_list(actor: Actor, params) -> dict:
     """Newest first, keyset-paginated by id; a run token sees only its own run's holds."""
     holds = Hold.objects.select_related("capability").order_by("-pk")
@@ -76,21 +55,19 @@ def hold_list(actor: Actor, params) -> dict:
     if params.get("capability"):
         holds = holds.filter(capability__name=params["capability"])
     if params.get("cursor"):
-        last = decode_cursor(params["cursor"])
-        if not isinstance(last, int):
+        last = decode_cursor(params["cursor"], 1)
+        if last is None:
             errors.append({"field": "cursor", "message": "not a cursor this server gave out"})
         else:
-            holds = holds.filter(pk__lt=last)
+            holds = holds.filter(pk__lt=last[0])
     if errors:
         raise Invalid(errors)
-    page = list(holds[: PAGE_SIZE + 1])
-    more = len(page) > PAGE_SIZE
-    page = page[:PAGE_SIZE]
+    page, more = read_page(holds)
     return {
         "items": [
             {
                 "hold_id": h.public_id,
-                "run_id": f"r_{h.run_id}",
+                "run_id": public_id(RUN, h.run_id),
                 "capability": h.capability.name,
                 "status": h.status,
                 "intent": h.intent,
@@ -101,7 +78,7 @@ def hold_list(actor: Actor, params) -> dict:
             }
             for h in page
         ],
-        "next_cursor": encode_cursor(page[-1].pk) if more else None,
+        "next_cursor": encode_cursor([page[-1].pk]) if more else None,
     }
 
 
@@ -115,10 +92,10 @@ def run_full(run: Run) -> dict:
         "input": run.input,
         "output": run.output,
         "error": run.error or None,
-        "parent": f"r_{run.parent_id}" if run.parent_id else None,
-        "children": [f"r_{pk}" for pk in run.children.order_by("pk").values_list("pk", flat=True)],
+        "parent": public_id(RUN, run.parent_id) if run.parent_id else None,
+        "children": [public_id(RUN, pk) for pk in run.children.order_by("pk").values_list("pk", flat=True)],
         "holds": [
-            {"hold_id": f"h_{pk}", "status": status}
+            {"hold_id": public_id(HOLD, pk), "status": status}
             for pk, status in run.holds.order_by("pk").values_list("pk", "status")
         ],
         "created_at": iso(run.created_at),

@@ -1,9 +1,39 @@
-"""Celery tasks: thin. Load by id, return early if done, call delivery or services."""
+"""Celery tasks: thin. Load by id, return early if done, call delivery or services.
+
+This module also publishes outbox rows to the broker (the fast path; the database row is the truth,
+and relay_due finds whatever a publish lost) and registers that with services.ports.
+"""
+
+import logging
 
 from celery import shared_task
 from django.conf import settings
 
-from . import delivery, outbox, services
+from . import delivery, notify_tasks, services
+from .services import ports
+
+log = logging.getLogger(__name__)
+
+# Past this many, one message carries them all and a worker fans them out: a sweep of a thousand
+# holds then spends its time expiring, not talking to the broker.
+FAN_OUT_OVER = 20
+
+
+def publish(invocation_ids: list[str]) -> None:
+    """Publishes deliveries; a publish that fails loses nothing (the relay finds every due row)."""
+    if len(invocation_ids) > FAN_OUT_OVER:
+        try:
+            deliver_many.delay(list(invocation_ids))
+        except Exception:
+            log.warning(
+                "could not publish %d invocations; the relay will pick them up", len(invocation_ids), exc_info=True
+            )
+        return
+    for invocation_id in invocation_ids:
+        try:
+            deliver.delay(invocation_id)
+        except Exception:
+            log.warning("could not publish %s; the relay will pick it up", invocation_id, exc_info=True)
 
 
 @shared_task(acks_late=True, reject_on_worker_lost=True, ignore_result=True)
@@ -23,7 +53,7 @@ def deliver_many(invocation_ids: list[str]) -> int:
 def relay_due() -> int:
     """Publishes every due outbox row again: whatever the broker lost is found here."""
     ids = services.invocations_due()
-    outbox.publish(ids)
+    publish(ids)
     return len(ids)
 
 
@@ -33,9 +63,8 @@ def sweep_expired(helper: bool = False) -> int:
 
     A full first batch means a backlog (a long outage of beat, or many holds asked with the same
     expiry): the beat's sweep then asks RQ_SWEEPERS - 1 more workers to help. SKIP LOCKED keeps
-    the sweepers off each other's holds, and two sweepers expire about 1.4 times as many holds
-    per second as one here (docs/benchmarks.md). Helpers never ask for help, so one beat tick
-    starts at most RQ_SWEEPERS sweeps.
+    the sweepers off each other's holds. Helpers never ask for help, so one beat tick starts at
+    most RQ_SWEEPERS sweeps.
     """
     total = 0
     while expired := services.holds_expire_due():
@@ -46,4 +75,4 @@ def sweep_expired(helper: bool = False) -> int:
     return total
 
 
-from . import notify_tasks  # noqa: E402, F401  (registers the tasks of issue 7 with the worker)
+ports.register(publish=publish, hold_asked=notify_tasks.hold_asked)

@@ -16,7 +16,6 @@ from django.contrib.auth.decorators import login_required
 from django.contrib.auth.tokens import default_token_generator
 from django.contrib.auth.validators import UnicodeUsernameValidator
 from django.core.exceptions import PermissionDenied
-from django.http import HttpResponseRedirect
 from django.shortcuts import get_object_or_404, render
 from django.urls import reverse, reverse_lazy
 from django.utils.encoding import force_bytes
@@ -28,14 +27,11 @@ from . import services
 from .auth import Actor, actor_for_user, role_of_user
 from .errors import Forbidden, Invalid, ServiceError
 from .models import Capability, Role, ServiceAccount
+from .responses import SeeOther, see_other
 
 APPROVER_ROLES = (Role.ADMIN, Role.MEMBER)
 # Capability keys the team page shows, with the model field each one sets.
 FILE_KEYS = {"approvers": "approvers", "self_approval": "self_approval", "notify": "notify"}
-
-
-class Redirect303(HttpResponseRedirect):
-    status_code = 303  # after a POST, the browser GETs the page again
 
 
 class PersonForm(forms.Form):
@@ -75,8 +71,8 @@ def _admin(request) -> Actor:
     return actor
 
 
-def _back(section: str) -> Redirect303:
-    return Redirect303(reverse("team") + f"#{section}")
+def _back(section: str) -> SeeOther:
+    return see_other(reverse("team") + f"#{section}")
 
 
 def _run(request, section: str, call, done: str):

@@ -11,7 +11,7 @@ from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
 from django.http import Http404
-from django.shortcuts import redirect, render
+from django.shortcuts import render
 from django.urls import reverse
 from django.utils import timezone
 from django.utils.http import urlencode
@@ -20,11 +20,13 @@ from django_htmx.http import reswap, retarget
 
 from . import queries, ratelimit, rendering, services
 from .api import serve_file
-from .auth import Actor, actor_for_user, may_decide, may_view
+from .auth import Actor, actor_for_user, approves, may_decide, may_view
 from .errors import Conflict, Forbidden, Invalid, NotFound, RateLimited
 from .forms import ACTION_LABELS, DecisionForm, ItemForm, parse_confirmed
+from .ids import FILE, HOLD, parse_public_id
 from .models import Capability, Hold, HoldItem, RunFile
-from .serializers import parse_public_id
+from .responses import see_other
+from .schemas import changed_fields
 
 # --- queue --------------------------------------------------------------------------------------
 
@@ -59,7 +61,7 @@ def queue(request):
         "capability": capability,
         "search": search,
         "show_all": show_all,
-        "decides_any": bool(queries.decidable_capability_ids(actor, capabilities)),
+        "decides_any": any(approves(actor, c) for c in capabilities),
         "role": actor.role,
         "new_count": len(new_ids),
         "new_more": len(new_ids) > queries.NEW_CAP,
@@ -113,15 +115,11 @@ class ItemView:
     def decided_changes(self) -> list[tuple[str, object, object]]:
         if self.item.action != "edit" or not isinstance(self.item.decided_data, dict):
             return []
-        return [
-            (key, old, self.item.decided_data.get(key))
-            for key, old in self.item.data.items()
-            if rendering.json_text(old) != rendering.json_text(self.item.decided_data.get(key))
-        ]
+        return changed_fields(self.item.data, self.item.decided_data)
 
 
 def _load(hold_id: str) -> Hold:
-    pk = parse_public_id(hold_id, "h")
+    pk = parse_public_id(hold_id, HOLD)
     hold = queries.hold_for_page(pk) if pk else None
     if hold is None:
         raise Http404(f"hold {hold_id} does not exist")
@@ -163,7 +161,7 @@ def _hold_context(request, hold: Hold, actor: Actor, form: DecisionForm | None =
     items = queries.hold_items(hold)
     form = form or DecisionForm(hold, items)
     open_ = _is_open(hold)
-    decider = may_decide(actor, hold.capability, hold.run)
+    decider = may_decide(actor, hold)
     return {
         "hold": hold,
         "run": hold.run,
@@ -201,7 +199,7 @@ def hold_review(request, hold_id: str):
     """The last look: what will be sent, before it is sent. Nothing is written here."""
     actor = _viewer(request)
     hold = _load(hold_id)
-    refusal = _refusal(hold, actor, request.POST.get("fingerprint"))
+    refusal = services.decide_refusal(actor, hold, request.POST.get("fingerprint") or "")
     if refusal is not None:
         return _refused(request, hold, refusal)
     form = DecisionForm(hold, queries.hold_items(hold), data=request.POST)
@@ -222,19 +220,6 @@ def hold_review(request, hold_id: str):
     return render(request, template, context)
 
 
-def _refusal(hold: Hold, actor: Actor, fingerprint: str | None):
-    """What services.hold_decide would refuse with, checked before the last look is shown."""
-    if not may_decide(actor, hold.capability, hold.run):
-        return Forbidden(f"Your role ({actor.role}) may not decide holds of {hold.capability.name}.")
-    if hold.status != Hold.Status.PENDING:
-        return services.hold_refusal(hold)
-    if not _is_open(hold):
-        return services.hold_refusal(Hold(status=Hold.Status.EXPIRED, expires_at=hold.expires_at))
-    if fingerprint != hold.fingerprint:
-        return Conflict("this hold changed since it was shown; reload it", code="changed")
-    return None
-
-
 @require_POST
 @login_required
 def hold_decision(request, hold_id: str):
@@ -251,7 +236,7 @@ def hold_decision(request, hold_id: str):
     except (Conflict, Forbidden, Invalid, NotFound, RateLimited) as exc:
         return _refused(request, queries.hold_for_page(hold.pk) or hold, exc)
     messages.success(request, "Decision recorded. The agent will be resumed with it.")
-    return redirect("hold", hold_id=hold.public_id)
+    return see_other(reverse("hold", args=[hold.public_id]))
 
 
 REFUSAL_TITLES = {
@@ -331,7 +316,7 @@ def history(request):
 @login_required
 def file_download(request, file_id: str):
     _viewer(request)
-    pk = parse_public_id(file_id, "f")
+    pk = parse_public_id(file_id, FILE)
     run_file = RunFile.objects.filter(pk=pk).first() if pk else None
     if run_file is None:
         raise Http404(f"file {file_id} does not exist")

@@ -21,8 +21,6 @@ def require(what: str, present: bool) -> None:
 
 @pytest.fixture(autouse=True)
 def _required_services(request):
-    if request.node.get_closest_marker("needs_postgres"):
-        require("PostgreSQL: set DATABASE_URL or run it on 127.0.0.1:5432", connection.vendor == "postgresql")
     if request.node.get_closest_marker("needs_redis"):
         require("Redis: set RQ_TEST_REDIS_URL or run it on 127.0.0.1:6379", bool(os.environ.get("RQ_TEST_REDIS_URL")))
 

@@ -2,13 +2,10 @@
 
 import datetime as dt
 
-import psycopg
 import pytest
-from django.db import connection
 from django.utils import timezone
 
-from holds.errors import Conflict
-from holds.models import AuditEvent, Hold, Invocation, PendingCount, Run
+from holds.models import AuditEvent, Hold, Invocation, Run
 from tests import factories
 
 pytestmark = pytest.mark.django_db
@@ -238,43 +235,3 @@ def test_a_decision_while_the_asker_is_still_answering_waits(api, cap, member_ke
     assert resume_of(hold).status == "pending"
     run.refresh_from_db()
     assert run.status == "held"
-
-
-@pytest.mark.parametrize("n_items", [1, 100])
-def test_one_decision_costs_the_same_queries_whatever_its_size(cap, n_items, django_assert_num_queries):
-    from holds import services
-    from holds.auth import actor_for_account
-
-    _, hold = factories.held_hold(cap, factories.ask_body(n_items))
-    robot = actor_for_account(factories.account("bot", role="member")[0])
-    body = {"items": [{"id": item.item_id, "action": "approve"} for item in hold.items.all()]}
-    # PostgreSQL: the hold with capability, run and items; then one round trip with the conditional
-    # UPDATE of the hold and one statement for items, pending count, resume and audit row (inside
-    # this test's transaction: a savepoint and its release around it).
-    # Elsewhere: the same read, the UPDATE, the items' bulk UPDATE, the count, the asker, the resume,
-    # the audit row (and the savepoint pair).
-    with django_assert_num_queries(4 if connection.vendor == "postgresql" else 9):
-        services.hold_decide(hold_id=hold.pk, actor=robot, body=body)
-    assert Invocation.objects.get(hold=hold).resume["items"][0]["action"] == "approve"
-
-
-@pytest.mark.needs_postgres
-@pytest.mark.django_db(transaction=True)
-def test_a_decision_alone_is_a_read_and_one_round_trip_and_a_lost_one_writes_nothing(cap, count_round_trips):
-    from holds import services
-    from holds.auth import actor_for_account
-
-    _, hold = factories.held_hold(cap, factories.ask_body(3))
-    robot = actor_for_account(factories.account("bot", role="member")[0])
-    body = {"items": [{"id": f"INV-{n}", "action": "reject"} for n in (1, 2, 3)], "comment": "no"}
-    with count_round_trips() as sent:
-        services.hold_decide(hold_id=hold.pk, actor=robot, body=body)
-    # The read; then BEGIN, the conditional UPDATE, the statement that writes the rest, and COMMIT.
-    assert (sent.round_trips, sent.statements) == (2, 5), sent
-    assert connection.connection.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
-    counts = (Invocation.objects.count(), AuditEvent.objects.count(), PendingCount.objects.count())
-    with pytest.raises(Conflict) as refused:
-        services.hold_decide(hold_id=hold.pk, actor=robot, body=body)
-    assert refused.value.code == "already_decided"
-    assert (Invocation.objects.count(), AuditEvent.objects.count(), PendingCount.objects.count()) == counts
-    assert [i.comment for i in hold.items.order_by("position")] == ["no", "no", "no"]

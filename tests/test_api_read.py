@@ -2,7 +2,7 @@
 
 import pytest
 
-from holds import serializers
+from holds import paging
 from tests import factories
 
 pytestmark = pytest.mark.django_db
@@ -36,7 +36,7 @@ def test_a_token_reads_only_its_own_runs_holds(api, cap):
 
 
 def test_it_pages_by_keyset_without_gaps_or_repeats(api, cap, member_key, monkeypatch):
-    monkeypatch.setattr(serializers, "PAGE_SIZE", 3)
+    monkeypatch.setattr(paging, "PAGE_SIZE", 3)
     made = [factories.held_hold(cap)[1].public_id for _ in range(7)]
     seen, cursor = [], None
     while True:

@@ -3,6 +3,7 @@
 import pytest
 
 from holds.models import AuditEvent, Invocation, Run
+from holds.services import ports
 from tests import factories
 
 pytestmark = pytest.mark.django_db
@@ -34,7 +35,7 @@ def test_it_starts_a_run_with_its_start_invocation(api, cap, member_key):
 
 def test_it_publishes_the_start_after_commit(api, cap, member_key, django_capture_on_commit_callbacks, monkeypatch):
     published = []
-    monkeypatch.setattr("holds.outbox.publish", lambda ids: published.extend(ids))
+    monkeypatch.setitem(ports._handlers, "publish", published.extend)
     with django_capture_on_commit_callbacks(execute=True) as callbacks:
         run_id = api.post("/v0/runs", {"capability": "pay_invoices"}, key=member_key).json()["run_id"]
     assert len(callbacks) == 1

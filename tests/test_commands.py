@@ -138,7 +138,6 @@ def test_seed_holds_writes_the_mix_fast(capsys):
         call_command("seed_holds")
 
 
-@pytest.mark.needs_postgres
 @pytest.mark.django_db(transaction=True)
 def test_seed_holds_leaves_the_database_vacuumed_as_after_any_bulk_load():
     import time

@@ -11,6 +11,7 @@ from django.utils import timezone
 from holds import notifications, notify_tasks, services
 from holds.auth import actor_for_user
 from holds.models import Hold, Notification
+from holds.services import ports
 from tests import factories
 from tests.agent_double import AgentDouble
 
@@ -206,7 +207,7 @@ def test_it_enqueues_one_task_for_both_channels_after_the_ask_commits(
     monkeypatch.setattr(notify_tasks.notify, "delay", lambda *args: sent.append(args))
     hold = leaky_hold(factories.capability())
     with django_capture_on_commit_callbacks(execute=False) as callbacks:
-        notifications.hold_asked(hold.pk)
+        ports.hold_asked_on_commit(hold.pk)
     assert sent == [] and len(callbacks) == 1
     callbacks[0]()
     assert sent == [(hold.pk, "asked")]
@@ -221,7 +222,7 @@ def test_it_never_blocks_the_ask_when_the_broker_is_down(
     monkeypatch.setattr(notify_tasks.notify, "delay", down)
     hold = leaky_hold(factories.capability())
     with caplog.at_level(logging.WARNING), django_capture_on_commit_callbacks(execute=True):
-        notifications.hold_asked(hold.pk)  # no exception reaches the ask
+        ports.hold_asked_on_commit(hold.pk)  # no exception reaches the ask
     assert [r.hold_id for r in caplog.records if "could not enqueue" in r.getMessage()] == [hold.pk]
 
 
@@ -280,13 +281,13 @@ def test_it_catches_up_on_asks_whose_enqueue_was_lost(people, monkeypatch):
     sent = []
     monkeypatch.setattr(notify_tasks.notify, "delay", lambda *args: sent.append(args))
     hold = leaky_hold(factories.capability())
-    assert notifications.enqueue_due() == 0  # too fresh: the on-commit path has a minute
-    assert notifications.enqueue_due(now=timezone.now() + dt.timedelta(minutes=5)) == 1
+    assert notify_tasks.remind_due() == 0  # too fresh: the on-commit path has a minute
+    assert notify_tasks.remind_due(now=timezone.now() + dt.timedelta(minutes=5)) == 1
     assert sent == [(hold.pk, "asked")]
     notifications.deliver(hold_id=hold.pk, kind="asked", channel="email")
     notifications.deliver(hold_id=hold.pk, kind="asked", channel="webhook")
     sent.clear()
-    assert notifications.enqueue_due(now=timezone.now() + dt.timedelta(minutes=6)) == 0
+    assert notify_tasks.remind_due(now=timezone.now() + dt.timedelta(minutes=6)) == 0
 
 
 def test_it_reminds_once_when_a_long_hold_has_under_an_hour_left(people, monkeypatch):
@@ -301,8 +302,8 @@ def test_it_reminds_once_when_a_long_hold_has_under_an_hour_left(people, monkeyp
         for c in ("email", "webhook")
     )
     now = timezone.now()
-    assert notifications.enqueue_due(now=now + dt.timedelta(hours=1)) == 0  # 2 h left
-    assert notifications.enqueue_due(now=now + dt.timedelta(hours=2, minutes=15)) == 1
+    assert notify_tasks.remind_due(now=now + dt.timedelta(hours=1)) == 0  # 2 h left
+    assert notify_tasks.remind_due(now=now + dt.timedelta(hours=2, minutes=15)) == 1
     assert sent == [(long_hold.pk, "reminder")]
     notifications.deliver(hold_id=long_hold.pk, kind="reminder", channel="email")
     assert mail.outbox[0].subject.startswith("Reminder, under an hour left: ")
@@ -310,8 +311,8 @@ def test_it_reminds_once_when_a_long_hold_has_under_an_hour_left(people, monkeyp
         assert secret not in mail.outbox[0].body
     notifications.deliver(hold_id=long_hold.pk, kind="reminder", channel="webhook")
     sent.clear()
-    assert notifications.enqueue_due(now=now + dt.timedelta(hours=2, minutes=30)) == 0  # once
-    assert notifications.enqueue_due(now=now + dt.timedelta(hours=4)) == 0  # expired: nothing
+    assert notify_tasks.remind_due(now=now + dt.timedelta(hours=2, minutes=30)) == 0  # once
+    assert notify_tasks.remind_due(now=now + dt.timedelta(hours=4)) == 0  # expired: nothing
 
 
 def test_its_links_only_open_the_hold_page(client, people):

@@ -73,7 +73,6 @@ def test_the_oldest_pending_hold_is_read_per_capability(db):
 
 
 @pytest.mark.django_db(transaction=True)
-@pytest.mark.needs_postgres
 def test_folds_racing_each_other_and_the_writers_lose_no_delta(db):
     pay = factories.capability("pay")
     stop = threading.Event()

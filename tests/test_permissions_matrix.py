@@ -11,7 +11,7 @@ import json
 import pytest
 
 from holds import services
-from holds.auth import SYSTEM, actor_for_account, actor_for_invocation, actor_for_user
+from holds.auth import SYSTEM, actor_for_account, actor_for_invocation, actor_for_user, decidable_holds, may_decide
 from holds.errors import Forbidden
 from holds.models import Hold, Invocation
 from tests import factories
@@ -66,7 +66,7 @@ def test_it_decides_only_as_the_matrix_says(client, api, role, approvers, channe
             {"decision": json.dumps(DECISION), "fingerprint": hold.fingerprint},
         )
         status = response.status_code
-        allowed_status = 302
+        allowed_status = 303  # See Other: the browser GETs the hold page
     else:
         response = api.post(f"/v0/holds/{hold.public_id}/decision", DECISION, key=key)
         status = response.status_code
@@ -93,7 +93,7 @@ def test_it_counts_a_superuser_as_admin_whatever_the_membership_says(client):
     response = client.post(
         f"/holds/{hold.public_id}/decision", {"decision": json.dumps(DECISION), "fingerprint": hold.fingerprint}
     )
-    assert response.status_code == 302
+    assert response.status_code == 303
     hold.refresh_from_db()
     assert hold.status == Hold.Status.DECIDED
 
@@ -130,3 +130,39 @@ def test_it_applies_a_role_change_to_the_very_next_decision(api, admin_user):
     assert api.post(f"/v0/holds/{hold.public_id}/decision", DECISION, key=key).status_code == 403
     services.service_account_set_role(account_id=account.pk, role="admin", actor=actor_for_user(admin_user))
     assert api.post(f"/v0/holds/{hold.public_id}/decision", DECISION, key=key).status_code == 200
+
+
+@pytest.mark.parametrize("starter_kind", ["person", "account"])
+def test_a_grandchild_runs_hold_is_neither_listed_nor_decidable_for_who_started_the_grandparent(client, starter_kind):
+    # The queue and the decision ask one rule (auth.decidable_holds): a hold two runs down from the
+    # run its decider started must be left out of that person's queue, not listed and then refused.
+    cap = factories.capability(self_approval=False)
+    if starter_kind == "person":
+        starter = actor_for_user(factories.person("mona"))
+    else:
+        starter = actor_for_account(factories.account("starter-bot")[0])
+    grandparent = factories.start_run(cap, actor=starter)
+    parent = factories.start_run(cap, actor=actor_for_invocation(factories.deliver_now(grandparent)[0]))
+    child = factories.start_run(cap, actor=actor_for_invocation(factories.deliver_now(parent)[0]))
+    invocation, _ = factories.deliver_now(child)
+    hold = services.hold_ask(invocation=invocation, body=factories.ask_body())
+    assert (child.parent.parent_id, grandparent.started_by_user_id or grandparent.started_by_account_id) == (
+        grandparent.pk,
+        (starter.user or starter.account).pk,
+    )
+    other = actor_for_user(factories.person("ana"))
+    hold = Hold.objects.select_related("capability").get(pk=hold.pk)
+
+    queue = Hold.objects.filter(status=Hold.Status.PENDING)
+    assert list(decidable_holds(starter, queue, [cap])) == []
+    assert not may_decide(starter, hold)
+    with pytest.raises(Forbidden):
+        services.hold_decide(hold_id=hold.pk, actor=starter, body=DECISION)
+    assert list(decidable_holds(other, queue, [cap])) == [hold]
+    assert may_decide(other, hold)
+
+    if starter_kind == "person":
+        client.force_login(starter.user)
+        assert hold.public_id not in client.get("/").content.decode()
+        client.force_login(other.user)
+        assert hold.public_id in client.get("/").content.decode()

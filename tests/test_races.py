@@ -17,7 +17,7 @@ from holds.errors import Conflict
 from holds.models import Hold, Invocation
 from tests import factories
 
-pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.needs_postgres]
+pytestmark = [pytest.mark.django_db(transaction=True)]
 
 TRIALS = 200
 APPROVE = {"items": [{"id": "INV-1", "action": "approve"}, {"id": "INV-2", "action": "approve"}]}

@@ -132,7 +132,7 @@ def test_browser_decisions_share_the_persons_decision_budget(client, cap, member
     settings.RQ_RATE_DECISION = "1/m"
     first, second = factories.held_hold(cap)[1], factories.held_hold(cap)[1]
     client.force_login(member)
-    for hold, status in ((first, 302), (second, 429)):
+    for hold, status in ((first, 303), (second, 429)):
         look = review_post(client, hold, {"approve_all": "1"})
         response = client.post(url(hold, "/decision"), {"decision": confirmed(look), "fingerprint": hold.fingerprint})
         assert response.status_code == status

@@ -29,7 +29,6 @@ def test_invocation_ids_carry_their_time_as_the_write_path_makes_them(db):
         assert int(pk[4:16], 16) == milliseconds(created), pk
 
 
-@pytest.mark.needs_postgres
 @pytest.mark.django_db(transaction=True)
 def test_two_threads_write_the_chunks_and_every_foreign_key_is_checked_once(monkeypatch):
     checks = []
@@ -59,7 +58,6 @@ def test_two_threads_write_the_chunks_and_every_foreign_key_is_checked_once(monk
     assert Hold.objects.filter(status="pending").count() == counts["pending"]
 
 
-@pytest.mark.needs_postgres
 def test_the_foreign_key_check_finds_a_row_that_points_nowhere(db):
     seeding.seed(holds=10, capability_count=1, items=1)
     seeding._check_foreign_keys()  # what the seed wrote is whole

@@ -13,7 +13,7 @@ from holds.auth import actor_for_account, invocation_for_token, run_token_for, r
 from holds.models import AuditEvent, DeliveryAttempt, Hold, HoldItem, Invocation, Run
 from tests import factories
 
-pytestmark = [pytest.mark.django_db, pytest.mark.needs_postgres]
+pytestmark = [pytest.mark.django_db]
 
 APPROVE_BOTH = {"items": [{"id": "INV-1", "action": "approve"}, {"id": "INV-2", "action": "approve"}]}
 

@@ -140,20 +140,3 @@ def test_the_database_refuses_unknown_statuses(cap):
     run = factories.start_run(cap)
     with pytest.raises(IntegrityError), transaction.atomic():
         Run.objects.filter(pk=run.pk).update(status="paused")
-
-
-@pytest.mark.needs_postgres
-@pytest.mark.django_db(transaction=True)
-def test_a_one_round_trip_transaction_that_fails_writes_nothing_and_leaves_the_connection_usable(cap):
-    import psycopg
-    from django.db import DataError, connection
-
-    from holds.models import PendingCount
-
-    statements = ["INSERT INTO holds_pendingcount (capability_id, delta) VALUES (%(cap)s, 1)", "SELECT 1 / 0"]
-    with pytest.raises(DataError):
-        services._transaction(statements, {"cap": cap.pk})
-    assert connection.connection.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
-    assert PendingCount.objects.filter(delta=1).count() == 0
-    assert services._transaction(statements[:1] + ["SELECT 2"], {"cap": cap.pk}) == [[], [(2,)]]
-    assert PendingCount.objects.filter(delta=1).count() == 1

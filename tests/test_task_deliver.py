@@ -5,7 +5,6 @@ import datetime as dt
 import hashlib
 import hmac
 
-import psycopg
 import pytest
 from django.db import connection
 from django.utils import timezone
@@ -345,7 +344,6 @@ def test_an_error_answer_also_ends_a_stall(agent, acap):
     assert Capability.objects.get(pk=acap.pk).endpoint_stalled_at is None and len(agent.requests) == 1
 
 
-@pytest.mark.needs_postgres  # threads with their own connections: SQLite locks the table
 @pytest.mark.django_db(transaction=True)
 def test_while_an_endpoint_is_stalled_concurrent_deliveries_send_one_at_a_time(agent, acap, settings):
     import threading
@@ -401,7 +399,6 @@ def _slow_endpoint_deliveries(agent, acap, settings, count: int):
     return ids, results, lambda invocation_id: threading.Thread(target=one, args=(invocation_id,))
 
 
-@pytest.mark.needs_postgres  # threads with their own connections: SQLite locks the table
 @pytest.mark.django_db(transaction=True)
 def test_one_endpoint_takes_at_most_its_share_of_a_workers_threads(agent, acap, settings):
     import time
@@ -426,7 +423,6 @@ def test_one_endpoint_takes_at_most_its_share_of_a_workers_threads(agent, acap, 
     assert {w.last_error for w in waiting} == {"deferred: 2 calls to this endpoint were in flight, one of them slow"}
 
 
-@pytest.mark.needs_postgres  # threads with their own connections: SQLite locks the table
 @pytest.mark.django_db(transaction=True)
 def test_once_a_call_is_slow_the_young_calls_to_its_endpoint_count_too(agent, acap, settings):
     import time
@@ -507,46 +503,6 @@ def test_run_fail_by_system_is_refused(acap):
     run = factories.start_run(acap)
     with pytest.raises(Forbidden):
         services.run_fail(run_id=run.pk, actor=SYSTEM, reason="x")
-
-
-def _decided_resume(acap) -> Invocation:
-    run, hold = factories.held_hold(acap)
-    services.hold_decide(
-        hold_id=hold.pk,
-        actor=actor_for_account(factories.account("bot", role="member")[0]),
-        body={"items": [{"id": "INV-1", "action": "approve"}, {"id": "INV-2", "action": "approve"}]},
-    )
-    return Invocation.objects.get(hold=hold)
-
-
-@pytest.mark.needs_postgres
-@pytest.mark.django_db(transaction=True)
-def test_a_resume_delivery_is_four_round_trips(agent, acap, count_round_trips):
-    """The claim (BEGIN, SET LOCAL, the UPDATE ... RETURNING, COMMIT) is one round trip. Recording the
-    answer is three: psycopg's BEGIN; the locks on the invocation, its run and the asked hold; then
-    the invocation's UPDATE, the run's finish (two statements), the attempt with its audit event and
-    the COMMIT. Pinned so that neither can creep back."""
-    resume = _decided_resume(acap)
-    with count_round_trips() as sent:
-        assert delivery.deliver(resume.id) == "answered"
-    assert (sent.round_trips, sent.statements) == (4, 11), sent
-    assert agent.requests[-1]["headers"]["webhook-id"] == resume.id
-    resume.refresh_from_db()
-    assert resume.status == Invocation.Status.ANSWERED
-    assert resume.run.status == Run.Status.COMPLETED
-    assert DeliveryAttempt.objects.filter(invocation=resume, outcome="answered").count() == 1
-    assert connection.connection.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
-
-
-def test_a_resume_delivery_costs_a_fixed_number_of_queries(agent, acap, django_assert_num_queries):
-    """Inside a test's transaction (savepoints instead of BEGIN and COMMIT), on either backend."""
-    resume = _decided_resume(acap)
-    # PostgreSQL: claim (savepoint, one text with SET LOCAL and the UPDATE ... RETURNING, release);
-    # record (savepoint, one text with the two locks, one with the writes: the invocation, the run's
-    # finish in two statements and the attempt; release). SQLite, the ORM: 17.
-    with django_assert_num_queries(7 if connection.vendor == "postgresql" else 17):
-        assert delivery.deliver(resume.id) == "answered"
-    assert agent.requests[-1]["headers"]["webhook-id"] == resume.id
 
 
 def test_a_workers_threads_starting_together_share_one_http_client(monkeypatch):

@@ -6,13 +6,14 @@ import time
 
 import pytest
 from django.core.management import call_command
-from django.db import connection, transaction
+from django.db import connection
 from django.db.models import Sum
 from django.utils import timezone
 
-from holds import outbox, services, tasks
+from holds import services, tasks
 from holds.auth import run_token_hash
 from holds.models import AuditEvent, Hold, Invocation, PendingCount, milliseconds, new_invocation_id
+from holds.services import ports
 from tests import factories
 
 pytestmark = pytest.mark.django_db
@@ -96,12 +97,6 @@ def test_a_decided_hold_is_never_expired(cap, member_key, api):
     assert Invocation.objects.filter(hold=hold).count() == 1
 
 
-def expire_locked(path, holds):
-    with transaction.atomic():
-        locked = Hold.objects.select_for_update().filter(pk__in=[h.pk for h in holds])
-        return path(list(locked.values_list("pk", flat=True)))
-
-
 def written_rows(hold):
     """What expiring a hold wrote, without the parts that differ on every write (ids, clocks)."""
     resume = Invocation.objects.get(hold=hold)
@@ -138,39 +133,58 @@ def pending_count(cap) -> int:
     return PendingCount.objects.filter(capability=cap).aggregate(n=Sum("delta"))["n"] or 0
 
 
-@pytest.mark.needs_postgres
 @pytest.mark.parametrize("microseconds", [0, 250_001])
 @pytest.mark.parametrize("answering", [False, True])
-def test_the_sql_sweep_writes_what_the_orm_sweep_writes(cap, microseconds, answering):
-    # One hold expired by each path, with the same expiry and the same asker status: the rows must
-    # be equal field for field, the audit's isoformat included (with and without microseconds).
+def test_the_sweep_writes_exactly_the_expired_hold_its_resume_and_its_audit_row(cap, microseconds, answering):
+    # Field for field, the resume's stored bytes and the audit's isoformat included (with and without
+    # microseconds): what an agent and an auditor read of an expiry.
     expires_at = (timezone.now() - dt.timedelta(minutes=5)).replace(microsecond=microseconds)
-    pairs = []
-    for path in (services._expire_locked_orm, services._expire_locked_sql):
-        if answering:
-            run = factories.start_run(cap)
-            invocation, _ = factories.deliver_now(run)
-            hold = services.hold_ask(invocation=invocation, body=factories.ask_body())
-        else:
-            run, hold = factories.held_hold(cap)
-        Hold.objects.filter(pk=hold.pk).update(expires_at=expires_at)
-        pending_before = pending_count(cap)
-        (expired,) = expire_locked(path, [hold])
-        assert pending_count(cap) == pending_before - 1
-        resume = Invocation.objects.get(hold=hold)
-        assert expired == services.Expired(hold.pk, cap.pk, resume.id, resume.status)
-        assert resume.status == ("waiting" if answering else "pending")
-        pairs.append(written_rows(hold))
-    assert pairs[0] == pairs[1]
-    assert pairs[1][2]["data"] == {"expires_at": expires_at.isoformat()}
+    if answering:
+        run = factories.start_run(cap)
+        invocation, _ = factories.deliver_now(run)
+        hold = services.hold_ask(invocation=invocation, body=factories.ask_body())
+    else:
+        run, hold = factories.held_hold(cap)
+    asker = Invocation.objects.get(pk=hold.invocation_id)
+    Hold.objects.filter(pk=hold.pk).update(expires_at=expires_at)
+    pending_before = pending_count(cap)
+    (expired,) = services.holds_expire_batch()
+    assert pending_count(cap) == pending_before - 1
+    resume = Invocation.objects.get(hold=hold)
+    assert expired == services.Expired(hold.pk, cap.pk, resume.id, resume.status)
+    status = "waiting" if answering else "pending"
+    assert written_rows(hold) == (
+        ("expired", "expired", True),
+        {
+            "kind": "resume",
+            "seq": asker.seq + 1,
+            "status": status,
+            "attempts": 0,
+            "lease_until": None,
+            "first_sent_at": None,
+            "answered_at": None,
+            "answer": None,
+            "last_error": "",
+            "due": not answering,
+            "run_id": 0,
+            "hold_id": 0,
+            "resume": '{"hold_id": "h_?", "resolved_by": "expired", "items": [], "comment": null}',
+        },
+        {
+            "actor": "system",
+            "kind": "hold.expired",
+            "run_id_ref": 0,
+            "invocation_id_ref": True,
+            "data": {"expires_at": expires_at.isoformat()},
+        },
+    )
 
 
-@pytest.mark.needs_postgres
 def test_the_sql_sweep_gives_each_resume_a_fresh_id_and_its_run_token_hash(cap):
     holds = [factories.held_hold(cap)[1] for _ in range(3)]
     for hold in holds:
         make_due(hold)
-    expire_locked(services._expire_locked_sql, holds)
+    assert len(services.holds_expire_batch()) == 3
     resumes = list(Invocation.objects.filter(hold__in=holds))
     assert len({r.id for r in resumes}) == 3
     for resume in resumes:
@@ -193,7 +207,7 @@ def test_invocation_ids_sort_by_the_time_they_were_made():
 
 def test_it_publishes_the_due_resumes_after_commit(cap, django_capture_on_commit_callbacks, monkeypatch):
     published = []
-    monkeypatch.setattr(outbox, "publish", published.extend)
+    monkeypatch.setitem(ports._handlers, "publish", published.extend)
     holds = [factories.held_hold(cap)[1] for _ in range(2)]
     for hold in holds:
         make_due(hold)
@@ -201,3 +215,25 @@ def test_it_publishes_the_due_resumes_after_commit(cap, django_capture_on_commit
         assert services.holds_expire_due() == 2
     assert len(callbacks) == 1
     assert sorted(published) == sorted(Invocation.objects.filter(hold__in=holds).values_list("pk", flat=True))
+
+
+def test_one_hold_that_cannot_be_expired_never_stops_the_sweep_for_the_others(cap, caplog):
+    # A row made to fail: an invocation already holds the seq that the bad hold's resume needs
+    # (UNIQUE(run, seq)), so expiring it raises. The batch is then expired hold by hold.
+    holds = [factories.held_hold(cap)[1] for _ in range(3)]
+    for hold in holds:
+        make_due(hold)
+    bad = holds[1]
+    asker = Invocation.objects.get(pk=bad.invocation_id)
+    Invocation.objects.create(run_id=bad.run_id, kind="start", seq=asker.seq + 1, status="answered", token_hash="x")
+    with caplog.at_level("ERROR"):
+        expired = services.holds_expire_batch()
+    assert sorted(e.hold_id for e in expired) == sorted([holds[0].pk, holds[2].pk])
+    assert [h.status for h in Hold.objects.filter(pk__in=[h.pk for h in holds]).order_by("pk")] == [
+        "expired",
+        "pending",
+        "expired",
+    ]
+    assert any(f"h_{bad.pk} could not be expired" in r.getMessage() for r in caplog.records)
+    assert Invocation.objects.filter(hold__in=[holds[0], holds[2]]).count() == 2
+    assert not Invocation.objects.filter(hold=bad).exists()

@@ -7,7 +7,7 @@ import io
 import pytest
 from django.utils import timezone
 
-from holds import audit_views, services
+from holds import audit_views, paging, services
 from holds.auth import SYSTEM, actor_for_user
 from holds.models import AuditEvent
 from tests import factories
@@ -94,15 +94,15 @@ def test_it_says_which_filter_is_wrong(client, admin_user, log):
 
 def test_it_pages_older_events_by_id(client, admin_user, db):
     AuditEvent.objects.bulk_create(
-        AuditEvent(kind="test.event", actor="system", data={"n": n}) for n in range(audit_views.PAGE_SIZE + 5)
+        AuditEvent(kind="test.event", actor="system", data={"n": n}) for n in range(paging.PAGE_SIZE + 5)
     )
     client.force_login(admin_user)
     first = client.get("/audit", {"kind": "test.event"})
-    assert len(first.context["events"]) == audit_views.PAGE_SIZE and first.context["next_url"]
+    assert len(first.context["events"]) == paging.PAGE_SIZE and first.context["next_url"]
     second = client.get(first.context["next_url"])
     assert len(second.context["events"]) == 5
     seen = {r["event"].pk for r in first.context["events"]} | {r["event"].pk for r in second.context["events"]}
-    assert len(seen) == audit_views.PAGE_SIZE + 5
+    assert len(seen) == paging.PAGE_SIZE + 5
     assert not second.context["next_url"]
 
 

@@ -146,7 +146,7 @@ def test_it_shows_the_last_look_then_decides_once_with_a_typed_edit(signed_in, c
     assert re.search(r">amount<.*?120.*?→.*?125", text, re.S) and ">payee<" not in text  # only changed fields
     assert Hold.objects.get(pk=hold.pk).status == "pending"  # the last look writes nothing
     response = signed_in.post(url(hold, "/decision"), {"decision": confirmed(look), "fingerprint": hold.fingerprint})
-    assert response.status_code == 302 and response["Location"] == url(hold)
+    assert response.status_code == 303 and response["Location"] == url(hold)
     resume = Invocation.objects.get(hold=hold, kind="resume").resume
     assert resume["items"][0]["data"] == {
         "payee": "Acme",
@@ -227,7 +227,7 @@ def test_it_refuses_a_second_decision_with_409_and_says_who_decided(signed_in, c
     _, hold = factories.held_hold(cap)
     look = review_post(signed_in, hold, {"approve_all": "1"})
     decision = {"decision": confirmed(look), "fingerprint": hold.fingerprint}
-    assert signed_in.post(url(hold, "/decision"), decision).status_code == 302
+    assert signed_in.post(url(hold, "/decision"), decision).status_code == 303
     replay = signed_in.post(url(hold, "/decision"), decision)
     assert replay.status_code == 409 and "You decided" in replay.content.decode()
     client.force_login(admin_user)

@@ -168,7 +168,6 @@ def test_it_uses_the_same_number_of_queries_for_10_and_10000_holds(
         client.get("/?seen=1", headers={"HX-Request": "true"})
 
 
-@pytest.mark.needs_postgres
 def test_it_reads_the_queue_and_history_through_their_partial_indexes(cap, member):
     from django.db.models import F
 

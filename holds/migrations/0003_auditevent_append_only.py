@@ -1,6 +1,6 @@
 """The audit log is append-only in the database too: UPDATE and DELETE of a row raise.
 
-PostgreSQL only (SQLite is the dev default and has no such guard). TRUNCATE is left alone: it
+TRUNCATE is left alone: it
 needs the table owner's rights, and the test runner empties tables with it between tests.
 """
 
@@ -29,15 +29,13 @@ BACKWARD = [
 
 
 def forward(apps, schema_editor):
-    if schema_editor.connection.vendor == "postgresql":
-        for statement in FORWARD:
-            schema_editor.execute(statement, params=None)
+    for statement in FORWARD:
+        schema_editor.execute(statement, params=None)
 
 
 def backward(apps, schema_editor):
-    if schema_editor.connection.vendor == "postgresql":
-        for statement in BACKWARD:
-            schema_editor.execute(statement, params=None)
+    for statement in BACKWARD:
+        schema_editor.execute(statement, params=None)
 
 
 class Migration(migrations.Migration):

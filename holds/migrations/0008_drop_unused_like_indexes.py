@@ -5,7 +5,7 @@ Nothing filters invocation ids by prefix: they are looked up by equality (the pr
 the holds' foreign key serve that). Yet each index is written on every insert (a resume per
 decision or expiry) and on every non-HOT update of a hold (each decision and expiry), on a page of
 its own, because the ids are random. At 1,000,000 holds they were 180 MB that the sweep dirtied at
-random (docs/benchmarks-notes.md). PostgreSQL only; SQLite has no such indexes. A later AlterField
+random (docs/benchmarks-notes.md). A later AlterField
 of these two fields would make Django create them again: drop them again in that migration.
 """
 
@@ -19,8 +19,6 @@ def _like_index(schema_editor, table: str, column: str) -> str:
 
 
 def forward(apps, schema_editor):
-    if schema_editor.connection.vendor != "postgresql":
-        return
     for table, column in COLUMNS:
         schema_editor.execute(
             f"DROP INDEX IF EXISTS {schema_editor.quote_name(_like_index(schema_editor, table, column))}"
@@ -28,8 +26,6 @@ def forward(apps, schema_editor):
 
 
 def backward(apps, schema_editor):
-    if schema_editor.connection.vendor != "postgresql":
-        return
     for table, column in COLUMNS:
         name = schema_editor.quote_name(_like_index(schema_editor, table, column))
         schema_editor.execute(

@@ -10,7 +10,7 @@ from django.utils import timezone
 from holds import prepared
 from holds.models import Capability, PendingCount
 
-pytestmark = [pytest.mark.needs_postgres, pytest.mark.django_db(transaction=True)]
+pytestmark = [pytest.mark.django_db(transaction=True)]
 
 
 def _prepared_here() -> set[str]:

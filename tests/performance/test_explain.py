@@ -9,8 +9,9 @@ from django.utils import timezone
 from holds import ops, seeding, services
 from holds.auth import TOKEN_QUERY
 from holds.models import Invocation
+from holds.services import asks, delivery
 
-pytestmark = [pytest.mark.django_db, pytest.mark.needs_postgres]
+pytestmark = [pytest.mark.django_db]
 
 
 @pytest.fixture
@@ -49,10 +50,9 @@ def test_an_ask_finds_its_token_by_primary_key_in_its_own_statement(seeded):
     from tests import factories
 
     invocation = Invocation.objects.order_by("pk").first()
-    ask, items, _ = services._read_ask(factories.ask_body(), None)
-    hold, event = services._new_hold(ask, items, invocation_id=invocation.id)
-    search = services._search_parts(hold, items)
-    sql, params = services._ask_statement(hold, items, event, search, run=None, token_hash=invocation.token_hash)
+    ask, items, _ = asks.read_ask(factories.ask_body(), None)
+    hold, event = asks.new_hold(ask, items, invocation_id=invocation.id)
+    sql, params = asks.ask_statement(hold, items, event, run=None, token_hash=invocation.token_hash)
     with connection.cursor() as cursor:
         cursor.execute("EXPLAIN " + sql, params)
         text = "\n".join(row[0] for row in cursor.fetchall())
@@ -96,6 +96,6 @@ def test_a_claim_moves_its_held_run_on_by_primary_key_however_many_runs_are_held
     )
     resume = Invocation.objects.get(hold=hold)
     with connection.cursor() as cursor:
-        cursor.execute("EXPLAIN " + services._CLAIM_SQL, {"id": resume.id, "now": timezone.now(), "grace": 5.0})
+        cursor.execute("EXPLAIN " + delivery.CLAIM_SQL, {"id": resume.id, "now": timezone.now(), "grace": 5.0})
         text = "\n".join(row[0] for row in cursor.fetchall())
     assert "Seq Scan on holds_run" not in text and "Seq Scan on holds_invocation" not in text, text

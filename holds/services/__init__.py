@@ -1,0 +1,83 @@
+"""THE write path. Every state change of a run, an invocation or a hold is one function here.
+
+Each function does its claim (a conditional UPDATE, or a row lock and a re-check) and everything
+that follows from it in one transaction, and writes the audit event in that same transaction.
+Outbox rows (invocations) are written with the change that causes them; they are published to
+the broker only after commit (ports), and the relay finds any that the broker lost.
+
+State machines (SPEC "Words" and "Precise rules"):
+  run:        running -> (held <-> running)* -> completed | failed
+  hold:       pending -> decided | expired | cancelled
+  invocation: waiting -> pending -> delivering -> answered | failed | undeliverable | parked
+              (pending/waiting -> cancelled when the run finishes; delivering -> pending to retry)
+
+The package by subdomain: runs, asks, decisions, delivery, expiry, team, audit; sql holds every
+hand-written statement, ports what is handed out after commit.
+"""
+
+from .asks import hold_ask, hold_ask_by_token, hold_fingerprint
+from .audit import audit
+from .decisions import decide_refusal, hold_decide, hold_refusal
+from .delivery import (
+    Claim,
+    Outcome,
+    capability_enable,
+    due_invocations,
+    endpoint_take_probe,
+    invocation_claim,
+    invocation_defer,
+    invocation_record,
+    invocation_retry,
+    invocations_due,
+)
+from .expiry import Expired, due_holds, holds_expire_batch, holds_expire_due
+from .runs import run_fail, run_file_add, run_start, run_state_delete, run_state_put
+from .team import (
+    DEFAULTS,
+    capabilities_sync,
+    capability_set_approvers,
+    person_add,
+    person_set_active,
+    person_set_role,
+    service_account_create,
+    service_account_revoke,
+    service_account_set_role,
+)
+
+__all__ = [
+    "DEFAULTS",
+    "Claim",
+    "Expired",
+    "Outcome",
+    "audit",
+    "capabilities_sync",
+    "capability_enable",
+    "capability_set_approvers",
+    "decide_refusal",
+    "due_holds",
+    "due_invocations",
+    "endpoint_take_probe",
+    "hold_ask",
+    "hold_ask_by_token",
+    "hold_decide",
+    "hold_fingerprint",
+    "hold_refusal",
+    "holds_expire_batch",
+    "holds_expire_due",
+    "invocation_claim",
+    "invocation_defer",
+    "invocation_record",
+    "invocation_retry",
+    "invocations_due",
+    "person_add",
+    "person_set_active",
+    "person_set_role",
+    "run_fail",
+    "run_file_add",
+    "run_start",
+    "run_state_delete",
+    "run_state_put",
+    "service_account_create",
+    "service_account_revoke",
+    "service_account_set_role",
+]

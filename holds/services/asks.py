@@ -1,0 +1,194 @@
+"""Asks: an agent puts a question to a person (a pending hold with its items)."""
+
+import hashlib
+import json
+from contextlib import nullcontext
+from datetime import timedelta
+
+from django.db import IntegrityError, connection, transaction
+from django.utils import timezone
+
+from .. import prepared
+from ..auth import invocation_for_token, sha256_hex, token_invocation_id
+from ..errors import Conflict, Invalid
+from ..ids import FILE, HOLD, RUN, parse_public_id, public_id
+from ..models import AuditEvent, AuditKind, Hold, HoldItem, Invocation, Run, RunFile
+from ..schemas import canonical_json, validate_ask
+from . import sql
+from .transactions import insert_values
+
+
+def hold_fingerprint(*, intent: str, actions, details: str, items: list[dict], files) -> str:
+    """What the browser's form carries: a decision on a page that no longer shows the hold is refused."""
+    canonical = canonical_json(
+        {"intent": intent, "actions": actions, "details": details, "items": items, "files": files}
+    )
+    return hashlib.sha256(canonical.encode()).hexdigest()
+
+
+def hold_ask(*, invocation: Invocation, body) -> Hold:
+    """The agent asks a question: one pending hold for the run, written with its items.
+
+    Order of refusals is SPEC's: an open hold (409) before an invalid body (422). The partial
+    unique index on pending holds per run makes a concurrent second ask fail, not double.
+    """
+    run = invocation.run
+    ask, items, errors = read_ask(body, run)
+    if errors:
+        # An open hold answers 409 even for a bad body (SPEC's order); looked up only on this path
+        # so that a good ask costs no extra query: the partial unique index refuses a second one.
+        _refuse_second_ask(run, invocation.id)
+        raise Invalid(errors)
+    hold, event = new_hold(ask, items, invocation_id=invocation.id)
+    try:
+        _insert_ask(hold, items, event, run=run)
+    except IntegrityError:
+        _refuse_second_ask(run, invocation.id)
+        raise
+    # Reviewers hear about it once the run is held on it (delivery), not here: publishing a task is
+    # a quarter of an ask's time, and the agent's suspended answer follows within moments.
+    return hold
+
+
+def hold_ask_by_token(*, token: str, body) -> Hold | None:
+    """hold_ask for a request that brings only its run token; None when the token is not live.
+
+    A good ask is one statement with no lookup before it: the statement finds the token's invocation
+    and run and writes the hold only if they are live. Anything else (a bad body, an open hold, files
+    to check against the run) looks the token up first, as every other endpoint does, so 401, 409 and
+    422 keep SPEC's order.
+    """
+    ask, items, errors = read_ask(body, None)
+    invocation_id = token_invocation_id(token)
+    if errors or ask.files or invocation_id is None:
+        invocation = invocation_for_token(token)
+        return None if invocation is None else hold_ask(invocation=invocation, body=body)
+    hold, event = new_hold(ask, items, invocation_id=invocation_id)
+    try:
+        written = _insert_ask(hold, items, event, token_hash=sha256_hex(token))
+    except IntegrityError:
+        # The run has an open hold or this invocation asked already (409), unless the token died since
+        # the statement ran (401).
+        invocation = invocation_for_token(token)
+        if invocation is None:
+            return None
+        _refuse_second_ask(invocation.run, invocation.id)
+        raise
+    return hold if written else None
+
+
+def read_ask(body, run: Run | None) -> tuple:
+    """(ask, items, errors): the body validated; its files checked against `run` when given."""
+    ask, errors = validate_ask(body)
+    file_ids = body.get("files") if isinstance(body, dict) and isinstance(body.get("files"), list) else []
+    if file_ids and run is not None:
+        errors += _file_errors(run, file_ids)
+    if errors:
+        return ask, [], errors
+    items = [item.model_dump(exclude_none=False) for item in ask.items]
+    for item in items:
+        item["confidence"] = item["confidence"] or {}
+    return ask, items, errors
+
+
+def new_hold(ask, items: list[dict], *, invocation_id: str) -> tuple[Hold, AuditEvent]:
+    """The hold and its audit event, without what comes from the run (filled in as they are written)."""
+    confidences = [v for item in items for v in item["confidence"].values()]
+    hold = Hold(
+        invocation_id=invocation_id,
+        intent=ask.intent,
+        actions=list(ask.actions),
+        details=ask.details,
+        files=list(ask.files),
+        expires_at=(timezone.now() + timedelta(seconds=ask.expires_in)) if ask.expires_in else None,
+        item_count=len(items),
+        min_confidence=min(confidences) if confidences else None,
+        fingerprint=hold_fingerprint(
+            intent=ask.intent, actions=list(ask.actions), details=ask.details, items=items, files=list(ask.files)
+        ),
+    )
+    event = AuditEvent(
+        kind=AuditKind.HOLD_ASKED,
+        invocation_id_ref=invocation_id,
+        data={"intent": ask.intent, "items": len(items), "expires_in": ask.expires_in},
+    )
+    return hold, event
+
+
+def search_parts(hold: Hold, items: list[dict]) -> tuple[str, str]:
+    """The hold's search text is its intent, its run's public id, its item ids and titles, lowercased:
+    the parts before and after the run's id (which the statement may only learn as it runs)."""
+    rest = [i["id"] for i in items] + [i["title"] for i in items]
+    return (hold.intent + " ").lower(), (" " + " ".join(rest)).lower() if rest else ""
+
+
+# The run-dependent columns of an ask, filled in by the statement itself.
+_ASK_RUN_COLUMNS = ("run_id", "capability_id", "search_text")
+
+
+def ask_statement(hold: Hold, items: list[dict], event: AuditEvent, *, run: Run | None, token_hash) -> tuple:
+    """sql.ask and its parameters for this hold: for `run`, or for the run whose live token hashes to
+    `token_hash`. The hold and audit row are written from their model instances as the ORM would."""
+    head, tail = search_parts(hold, items)
+    if run is not None:
+        params = [run.pk, run.capability_id]
+    else:
+        params = [hold.invocation_id, token_hash]
+    hold_columns, values = insert_values(hold, skip=_ASK_RUN_COLUMNS)
+    params += [head, tail, *values]
+    data = HoldItem._meta.get_field("data")
+    params += [
+        list(range(len(items))),
+        [i["id"] for i in items],
+        [i["title"] for i in items],
+        [data.get_prep_value(i["data"]) for i in items],
+        [json.dumps(i["confidence"]) for i in items],
+    ]
+    event_columns, values = insert_values(event, skip=("hold_id_ref", "run_id_ref", "actor"))
+    params += values
+    return sql.ask(hold_columns, event_columns, by_token=run is None), params
+
+
+def _insert_ask(hold: Hold, items: list[dict], event: AuditEvent, *, run: Run | None = None, token_hash=None) -> bool:
+    """Writes a hold with everything that goes with it, all or nothing, in one statement (sql.ask).
+    False: no live token hashes to `token_hash`, and nothing was written."""
+    statement, params = ask_statement(hold, items, event, run=run, token_hash=token_hash)
+    # Alone it needs no transaction. Inside a caller's, a savepoint keeps a refused ask (the unique
+    # index on pending holds) from aborting that transaction.
+    with transaction.atomic() if connection.in_atomic_block else nullcontext():
+        (found,) = prepared.send([(statement, params)])
+    if not found:
+        return False
+    hold.pk, hold.run_id, hold.capability_id = found[0]
+    head, tail = search_parts(hold, items)
+    hold.search_text = head + public_id(RUN, hold.run_id) + tail
+    hold._state.adding = False
+    event.hold_id_ref, event.run_id_ref, event.actor = hold.pk, hold.run_id, f"run {public_id(RUN, hold.run_id)}"
+    return True
+
+
+def _refuse_second_ask(run: Run, invocation_id: str) -> None:
+    """409 hold_open when this invocation asked already (whatever that hold's status now: a second hold
+    would share the first one's resume seq) or the run has an open hold (SPEC: one at a time)."""
+    asked = Hold.objects.filter(invocation_id=invocation_id).values_list("pk", flat=True).first()
+    if asked is not None:
+        raise Conflict("this invocation already asked a hold", code="hold_open", hold_id=public_id(HOLD, asked))
+    open_hold = Hold.objects.filter(run=run, status=Hold.Status.PENDING).values_list("pk", flat=True).first()
+    if open_hold is not None:
+        raise Conflict("this run already has an open hold", code="hold_open", hold_id=public_id(HOLD, open_hold))
+
+
+def _file_errors(run: Run, file_ids: list) -> list[dict]:
+    wanted = {}
+    for i, file_id in enumerate(file_ids):
+        pk = parse_public_id(file_id, FILE)
+        if pk is not None:
+            wanted[pk] = i
+        elif isinstance(file_id, str) and file_id:
+            wanted[-1 - i] = i
+    found = set(RunFile.objects.filter(run=run, pk__in=[k for k in wanted if k > 0]).values_list("pk", flat=True))
+    return [
+        {"field": f"files[{i}]", "message": f"'{file_ids[i]}' is not a file of this run"}
+        for pk, i in wanted.items()
+        if pk not in found
+    ]

@@ -1,0 +1,170 @@
+"""Decisions: a person or service account decides a hold, once; the resume goes with it."""
+
+from django.db import connection
+from django.utils import timezone
+
+from .. import rows
+from ..auth import Actor, may_decide, run_token_hash
+from ..errors import Conflict, Forbidden, Invalid, NotFound
+from ..ids import HOLD, public_id
+from ..models import Action, AuditEvent, AuditKind, Hold, HoldItem, Invocation
+from ..schemas import blank_to_none, validate_decision
+from . import ports, sql
+from .transactions import insert_values, one_round_trip
+
+# An asker in these statuses may still answer: a resume decided meanwhile waits for that answer.
+LIVE_INVOCATION = (Invocation.Status.PENDING, Invocation.Status.DELIVERING)
+
+
+def hold_refusal(hold: Hold) -> Conflict:
+    """The 409 for a hold that can no longer be decided, with who/when as SPEC asks."""
+    if hold.status == Hold.Status.DECIDED:
+        return Conflict(
+            "this hold was already decided",
+            code="already_decided",
+            decided_by=hold.decided_by,
+            decided_at=hold.decided_at.isoformat() if hold.decided_at else None,
+        )
+    if hold.status == Hold.Status.CANCELLED:
+        return Conflict("this hold was cancelled because its run finished", code="cancelled")
+    return Conflict(
+        "this hold expired before it was decided",
+        code="expired",
+        expires_at=hold.expires_at.isoformat() if hold.expires_at else None,
+        decided_by=hold.decided_by or None,
+        decided_at=hold.decided_at.isoformat() if hold.decided_at else None,
+    )
+
+
+def decide_refusal(actor: Actor, hold: Hold, fingerprint: str | None = None) -> Forbidden | Conflict | None:
+    """Why this actor may not decide this hold now (403 before 409, SPEC's order), or None. The hold
+    page asks the same question before its last look. `fingerprint`: the one the browser's form carries."""
+    if actor.kind == "run":
+        return Forbidden("a run token may read holds but never decide them")
+    if not may_decide(actor, hold):
+        return Forbidden(f"your role may not decide holds of {hold.capability.name}")
+    if hold.status != Hold.Status.PENDING:
+        return hold_refusal(hold)
+    # The application's clock answers early; the conditional UPDATE tests the database's.
+    if hold.expires_at and hold.expires_at <= timezone.now():
+        return hold_refusal(Hold(status=Hold.Status.EXPIRED, expires_at=hold.expires_at))
+    if fingerprint is not None and fingerprint != hold.fingerprint:
+        return Conflict("this hold changed since it was shown; reload it", code="changed")
+    return None
+
+
+def _hold_to_decide(hold_id: int) -> tuple[Hold | None, list[HoldItem]]:
+    statement, columns = sql.DECIDE.parts()
+    with connection.cursor() as cursor:
+        cursor.execute(statement, [hold_id])
+        found = cursor.fetchall()
+    if not found:
+        return None, []
+    *head, item_columns = columns
+    hold, hold.capability, hold.run = rows.build(head, found[0])
+    at = sum(len(part.fields) for part in head)  # where each row's item columns start
+    return hold, [item_columns.build(row[at:]) for row in found if row[at] is not None]
+
+
+def hold_decide(*, hold_id: int, actor: Actor, body, fingerprint: str | None = None) -> Hold:
+    """A person or service account decides a hold, once.
+
+    The hold moves pending -> decided in one conditional UPDATE that also tests the database's
+    now() against expires_at, in the transaction that writes the per-item decisions and the
+    resume invocation. A second, replayed or concurrent decision updates 0 rows and gets 409.
+    """
+    hold, items = _hold_to_decide(hold_id)
+    if hold is None:
+        raise NotFound(f"hold {public_id(HOLD, hold_id)} does not exist")
+    refusal = decide_refusal(actor, hold, fingerprint)
+    if refusal is not None:
+        raise refusal
+    decision, errors = validate_decision(
+        body, asked={item.item_id: item.data for item in items}, actions=list(hold.actions)
+    )
+    if errors:
+        raise Invalid(errors)
+    comment = blank_to_none(decision.comment)
+    by_id = {d.id: d for d in decision.items}
+    resume_items = []
+    for item in items:
+        choice = by_id[item.item_id]
+        item.action = choice.action
+        item.decided_data = choice.data if choice.action == Action.EDIT else None
+        own = blank_to_none(choice.comment)
+        item.comment = own if own is not None else (comment if choice.action != Action.APPROVE else None)
+        resume_items.append(
+            {
+                "id": item.item_id,
+                "action": item.action,
+                "data": item.decided_data if item.action == Action.EDIT else item.data,
+                "comment": item.comment,
+            }
+        )
+    resume = {"hold_id": hold.public_id, "resolved_by": "human", "items": resume_items, "comment": comment}
+    event = AuditEvent(
+        kind=AuditKind.HOLD_DECIDED,
+        actor=actor.label,
+        run_id_ref=hold.run_id,
+        hold_id_ref=hold.pk,
+        data={"actions": {i["id"]: i["action"] for i in resume_items}, "comment": comment},
+    )
+    stamp = {
+        "status": Hold.Status.DECIDED.value,
+        "decided_at": timezone.now(),
+        "decided_by": actor.label,
+        "decided_by_user_id": actor.user.pk if actor.kind == "user" else None,
+        "decided_by_account_id": actor.account.pk if actor.kind == "account" else None,
+        "comment": comment,
+    }
+    resume_invocation = _write_decision(hold, items, stamp, resume, event)
+    if resume_invocation is None:
+        # Another decider or the sweep got there first, or the clock passed expires_at.
+        fresh = Hold.objects.get(pk=hold.pk)
+        if fresh.status == Hold.Status.PENDING:
+            fresh.status = Hold.Status.EXPIRED
+        raise hold_refusal(fresh)
+    if resume_invocation.status == Invocation.Status.PENDING:
+        ports.publish_on_commit([resume_invocation.id])
+    hold.status, hold.decided_at, hold.decided_by, hold.comment = (
+        stamp[k] for k in ("status", "decided_at", "decided_by", "comment")
+    )
+    return hold
+
+
+def _write_decision(
+    hold: Hold, items: list[HoldItem], stamp: dict, resume: dict, event: AuditEvent
+) -> Invocation | None:
+    """Takes the hold for this decision and writes everything it decides, in one transaction of one
+    round trip (sql.TAKE_HOLD, then sql.write_decision): the hold's `stamp`, the per-item decisions, the
+    -1 pending count, the resume invocation (returned) and the audit event. None: the hold was not
+    pending any more, or its expires_at had passed by the database's clock, and nothing was written."""
+    # seq, status and next_attempt_at are placeholders here: the statement sets them from the asker.
+    invocation = Invocation(
+        run_id=hold.run_id, kind=Invocation.Kind.RESUME, seq=0, status="", hold_id=hold.pk, resume=resume
+    )
+    invocation.token_hash = run_token_hash(invocation.id)
+    event.invocation_id_ref = invocation.id
+    decided = HoldItem._meta.get_field("decided_data")
+    params = {
+        **stamp,
+        "hold": hold.pk,
+        "capability": hold.capability_id,
+        "item_ids": [item.pk for item in items],
+        "actions": [item.action for item in items],
+        "decided_data": [decided.get_prep_value(item.decided_data) for item in items],
+        "comments": [item.comment for item in items],
+        "asker": hold.invocation_id,
+        "now": timezone.now(),
+    }
+    invocation_columns, values = insert_values(invocation, skip=("seq", "status", "next_attempt_at"))
+    params.update({f"r{n}": value for n, value in enumerate(values)})
+    event_columns, values = insert_values(event)
+    params.update({f"a{n}": value for n, value in enumerate(values)})
+    take = sql.TAKE_HOLD.format(stamp=", ".join(f"{column} = %({column})s" for column in stamp))
+    taken, written = one_round_trip([take, sql.write_decision(invocation_columns, event_columns)], params)
+    if not taken:
+        return None
+    invocation.seq, invocation.status, invocation.next_attempt_at = written[0]
+    invocation._state.adding = False
+    return invocation

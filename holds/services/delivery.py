@@ -1,0 +1,383 @@
+"""Delivery: a worker claims an invocation, records what the agent answered, retries, parks or stalls.
+
+The HTTP call itself is holds/delivery.py's; everything it changes in the database is here.
+"""
+
+import json
+import random
+from dataclasses import dataclass
+from datetime import timedelta
+
+from django.conf import settings
+from django.db import connection, transaction
+from django.db.models import Case, F, Q, When
+from django.db.models.functions import Coalesce
+from django.utils import timezone
+
+from .. import prepared, rows
+from ..auth import SYSTEM, Actor
+from ..errors import Conflict, Forbidden, NotFound
+from ..models import AuditKind, Capability, Hold, Invocation, Run
+from ..schemas import schema_errors
+from . import ports, sql
+from .audit import audit
+from .runs import finish_run
+from .transactions import one_round_trip
+
+
+@dataclass(frozen=True)
+class Claim:
+    invocation: Invocation
+    attempt: int
+
+
+# What a send reads, in the order sql.CLAIM returns it; any other field loads on first use.
+_CLAIM_COLUMNS = (
+    rows.Columns(
+        Invocation,
+        "i",
+        ["id", "run_id", "kind", "seq", "status", "resume", "hold_id", "attempts", "next_attempt_at", "lease_until"]
+        + ["first_sent_at"],
+    ),
+    rows.Columns(Run, "r", ["id", "capability_id", "version", "endpoint", "status", "seq", "input"]),
+    rows.Columns(
+        Capability, "c", ["id", "name", "secret", "timeout_seconds", "endpoint_disabled_at", "endpoint_stalled_at"]
+    ),
+)
+CLAIM_SQL = sql.CLAIM.format(columns=", ".join(c.select(named=True) for c in _CLAIM_COLUMNS))
+
+
+def invocation_claim(*, invocation_id: str) -> Claim | None:
+    """A worker claims a due invocation before it sends it (None: not due, or someone else has it).
+
+    The claim is one conditional UPDATE with a lease, so a worker that dies mid-send leaves a row
+    the relay hands out again once the lease ends; the agent sees the same webhook-id again. Two
+    workers racing for one row both run the UPDATE; PostgreSQL re-checks the WHERE clause of the
+    second against the first one's result, so only one of them gets a row back. The same statement
+    moves a held run on to its resume and returns what the send needs (run, capability).
+    """
+    now = timezone.now()
+    # A claim lost in a database crash only means a second send with the same webhook-id, which
+    # delivery is built for; not waiting for the disk halves the cost of a send.
+    _, claimed = one_round_trip(
+        ["SET LOCAL synchronous_commit TO OFF", CLAIM_SQL],
+        {"id": invocation_id, "now": now, "grace": float(settings.RQ_LEASE_GRACE)},
+    )
+    if not claimed:
+        return None
+    row = claimed[0]
+    invocation, run = rows.with_run(*rows.build(_CLAIM_COLUMNS, row))
+    moved = row[-1]
+    if invocation.status == Invocation.Status.PARKED:
+        return None
+    if moved:
+        # A run is held from its suspended answer until its resume is first sent; from then on
+        # the resume is the run's current invocation.
+        run.status, run.seq = Run.Status.RUNNING, invocation.seq
+    return Claim(invocation=invocation, attempt=invocation.attempts)
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What one delivery attempt came to; holds/delivery.py classifies the HTTP result into this."""
+
+    kind: str  # "answer" | "retry" | "fatal" | "gone"
+    answer: dict | None = None
+    status_code: int | None = None
+    error: str = ""
+    retry_after: float | None = None
+    latency_ms: int = 0
+    started_at: object = None
+    timed_out: bool = False  # no answer within the capability's timeout: the endpoint is stalled
+
+
+def invocation_record(*, invocation_id: str, attempt: int, outcome: Outcome) -> str:
+    """Records one attempt and moves the invocation (and its run and hold) on. Returns the result.
+
+    Only the worker holding the claim for this attempt may record it; a stale worker (whose lease
+    ran out and whose row was handed to another) records nothing.
+    """
+    # The writes after the locks travel together, with the COMMIT (prepared.deferred).
+    with transaction.atomic(), prepared.deferred():
+        locked = _lock_claimed(invocation_id=invocation_id, attempt=attempt)
+        if locked is None:
+            return "stale"
+        invocation, run, asked = locked
+        result = _apply_outcome(invocation, run, asked, outcome)
+        _write_attempt(invocation=invocation, attempt=attempt, outcome=outcome, result=result)
+        _note_stall(run, invocation, outcome)
+    return result
+
+
+def _note_stall(run: Run, invocation: Invocation, outcome: Outcome) -> None:
+    """A timeout stalls the endpoint; any HTTP answer (even an error) shows it answers again."""
+    capability = run.capability
+    event, details = None, {}
+    if outcome.timed_out:
+        # probe_until is freed too: the probe (if this was it) is over, the next delivery may try.
+        Capability.objects.filter(pk=capability.pk).update(
+            endpoint_stalled_at=Coalesce(F("endpoint_stalled_at"), timezone.now()), endpoint_probe_until=None
+        )
+        if capability.endpoint_stalled_at is None:
+            event, details = AuditKind.CAPABILITY_ENDPOINT_STALLED, {"reason": outcome.error}
+    elif outcome.status_code is not None and capability.endpoint_stalled_at is not None:
+        cleared = Capability.objects.filter(pk=capability.pk, endpoint_stalled_at__isnull=False).update(
+            endpoint_stalled_at=None, endpoint_probe_until=None
+        )
+        event = AuditKind.CAPABILITY_ENDPOINT_ANSWERING if cleared else None
+    if event:
+        audit(event, SYSTEM, run_id=run.pk, invocation_id=invocation.id, capability=capability.name, **details)
+
+
+def endpoint_take_probe(*, capability: Capability) -> bool:
+    """While an endpoint is stalled, one delivery at a time may try it. True: this one may send
+    (it holds the probe for its timeout and lease grace, or the endpoint is no longer stalled)."""
+    now = timezone.now()
+    lease = now + timedelta(seconds=capability.timeout_seconds + settings.RQ_LEASE_GRACE)
+    taken = Capability.objects.filter(
+        Q(endpoint_probe_until__isnull=True) | Q(endpoint_probe_until__lt=now), pk=capability.pk
+    ).update(endpoint_probe_until=lease)
+    return bool(taken) or not Capability.objects.filter(pk=capability.pk, endpoint_stalled_at__isnull=False).exists()
+
+
+def invocation_defer(*, invocation_id: str, attempt: int, wait: float, reason: str) -> str:
+    """Hands a claimed, unsent invocation back to wait (its endpoint is stalled or busy): no attempt
+    is counted (nothing was sent), and the relay hands it out again after `wait` seconds (jittered,
+    so the waiting deliveries do not all come back at once)."""
+    wait *= random.uniform(0.8, 1.2)
+    Invocation.objects.filter(pk=invocation_id, status=Invocation.Status.DELIVERING, attempts=attempt).update(
+        status=Invocation.Status.PENDING,
+        attempts=F("attempts") - 1,
+        # It was never sent if this claim was its first.
+        first_sent_at=Case(When(attempts=1, then=None), default=F("first_sent_at")),
+        lease_until=None,
+        next_attempt_at=timezone.now() + timedelta(seconds=wait),
+        last_error=reason,
+    )
+    # Not "waiting": that is the status of a resume held back until its asker has answered.
+    return "deferred"
+
+
+# What recording an answer reads, in the order sql.LOCK_CLAIMED returns it; any other field loads on use.
+_LOCK_COLUMNS = (
+    rows.Columns(
+        Invocation,
+        "i",
+        ["id", "run_id", "kind", "seq", "status", "hold_id", "attempts", "next_attempt_at", "lease_until"]
+        + ["answered_at", "answer", "last_error"],
+    ),
+    rows.Columns(
+        Run,
+        "r",
+        ["id", "capability_id", "version", "endpoint", "status", "seq", "error", "parent_id"] + ["finished_at"],
+    ),
+    rows.Columns(
+        Capability,
+        "c",
+        ["id", "name", "output_schema", "timeout_seconds", "endpoint_disabled_at", "endpoint_stalled_at"],
+    ),
+)
+_LOCK_SQL = sql.LOCK_CLAIMED.format(columns=", ".join(c.select() for c in _LOCK_COLUMNS))
+
+
+def _lock_claimed(*, invocation_id: str, attempt: int) -> tuple[Invocation, Run, Hold | None] | None:
+    """Locks a claimed invocation and its run for recording its answer, then the hold it asked, if
+    any, in one round trip. None: the claim is stale."""
+    locked, asked = one_round_trip(
+        [_LOCK_SQL, sql.LOCK_ASKED], {"id": invocation_id, "attempt": attempt}, savepoint=False
+    )
+    if not locked:
+        return None
+    invocation, run = rows.with_run(*rows.build(_LOCK_COLUMNS, locked[0]))
+    return invocation, run, (Hold.from_db(connection.alias, ["id", "status"], list(asked[0])) if asked else None)
+
+
+def _write_attempt(*, invocation: Invocation, attempt: int, outcome: Outcome, result: str) -> None:
+    """The attempt row and its audit event (sql.WRITE_ATTEMPT)."""
+    started_at = outcome.started_at or timezone.now()
+    data = {
+        "attempt": attempt,
+        "status_code": outcome.status_code,
+        "result": result,
+        "error": (outcome.error or "")[:200],
+    }
+    prepared.write(
+        (
+            sql.WRITE_ATTEMPT,
+            {
+                "invocation": invocation.id,
+                "attempt": attempt,
+                "started_at": started_at,
+                "latency_ms": outcome.latency_ms,
+                "status_code": outcome.status_code,
+                "result": result,
+                "error": (outcome.error or "")[:500],
+                "at": timezone.now(),
+                "actor": SYSTEM.label,
+                "run": invocation.run_id,
+                "data": json.dumps(data),
+            },
+        )
+    )
+
+
+def _apply_outcome(invocation: Invocation, run: Run, asked: Hold | None, outcome: Outcome) -> str:
+    if outcome.kind == "answer":
+        return _apply_answer(invocation, run, outcome.answer, asked)
+    if outcome.kind == "gone":
+        Capability.objects.filter(pk=run.capability_id).update(endpoint_disabled_at=timezone.now())
+        _set_invocation(invocation, Invocation.Status.PARKED, error=outcome.error)
+        audit(
+            AuditKind.CAPABILITY_ENDPOINT_DISABLED,
+            SYSTEM,
+            run_id=run.pk,
+            invocation_id=invocation.id,
+            capability=run.capability.name,
+            reason="the agent answered 410 Gone",
+        )
+        return "parked"
+    if outcome.kind == "fatal":
+        _set_invocation(invocation, Invocation.Status.FAILED, error=outcome.error)
+        finish_run(run, status=Run.Status.FAILED, actor=SYSTEM, error=outcome.error)
+        return "failed"
+    # A failed attempt. After an ask it counts as the suspended answer on that hold: retrying
+    # would re-run an agent that already put its question to a person.
+    if asked is not None:
+        return _apply_answer(
+            invocation, run, {"status": "suspended", "hold_id": asked.public_id}, asked, note=outcome.error
+        )
+    schedule = settings.RQ_RETRY_SCHEDULE
+    if invocation.attempts >= len(schedule):
+        _set_invocation(invocation, Invocation.Status.UNDELIVERABLE, error=outcome.error)
+        return "undeliverable"
+    delay = schedule[invocation.attempts] * random.uniform(0.8, 1.2)
+    if outcome.retry_after is not None:
+        delay = max(delay, outcome.retry_after)
+    invocation.next_attempt_at = timezone.now() + timedelta(seconds=delay)
+    _set_invocation(invocation, Invocation.Status.PENDING, error=outcome.error)
+    return "retry"
+
+
+def _set_invocation(invocation: Invocation, status: str, *, error: str = "", answer=None) -> None:
+    invocation.status = status
+    invocation.lease_until = None
+    invocation.last_error = (error or "")[:2000]
+    if answer is not None:
+        invocation.answer = answer
+        invocation.answered_at = timezone.now()
+    prepared.write(
+        (
+            sql.SET_INVOCATION,
+            [
+                invocation.status,
+                invocation.last_error,
+                Invocation._meta.get_field("answer").get_db_prep_save(invocation.answer, connection),
+                invocation.answered_at,
+                invocation.next_attempt_at,
+                invocation.pk,
+            ],
+        )
+    )
+
+
+def _apply_answer(invocation: Invocation, run: Run, answer: dict, asked: Hold | None, note: str = "") -> str:
+    status = answer["status"]
+    if status == "completed":
+        errors = schema_errors(run.capability.output_schema, answer.get("output"), "output")
+        _set_invocation(invocation, Invocation.Status.ANSWERED, answer=answer)
+        if errors:
+            reason = "the agent's output does not match the output schema: " + "; ".join(
+                f"{e['field']}: {e['message']}" for e in errors
+            )
+            finish_run(run, status=Run.Status.FAILED, actor=SYSTEM, error=reason)
+            return "failed"
+        finish_run(run, status=Run.Status.COMPLETED, actor=SYSTEM, output=answer.get("output"))
+        return "answered"
+    if status == "failed":
+        _set_invocation(invocation, Invocation.Status.ANSWERED, answer=answer)
+        finish_run(run, status=Run.Status.FAILED, actor=SYSTEM, error=str(answer.get("error") or "failed"))
+        return "answered"
+    # suspended: it must name the hold that this invocation asked, whatever its status now.
+    hold_id = answer.get("hold_id")
+    if asked is None or hold_id != asked.public_id:
+        _set_invocation(invocation, Invocation.Status.ANSWERED, answer=answer)
+        reason = f"the agent answered suspended on {hold_id!r}, but this invocation asked " + (
+            f"{asked.public_id}" if asked else "no hold"
+        )
+        finish_run(run, status=Run.Status.FAILED, actor=SYSTEM, error=reason)
+        return "failed"
+    _set_invocation(invocation, Invocation.Status.ANSWERED, answer=answer, error=note)
+    run.status = Run.Status.HELD
+    run.save(update_fields=["status"])
+    # A decision (or expiry) that came while the agent was still answering was waiting for this.
+    released = list(
+        Invocation.objects.filter(run=run, hold=asked, status=Invocation.Status.WAITING).values_list("pk", flat=True)
+    )
+    if released:
+        Invocation.objects.filter(pk__in=released).update(
+            status=Invocation.Status.PENDING, next_attempt_at=timezone.now()
+        )
+        ports.publish_on_commit(released)
+    elif asked.status == Hold.Status.PENDING:
+        # Reviewers hear about a hold once its run is held on it. (A hold already decided or expired
+        # needs nobody.)
+        ports.hold_asked_on_commit(asked.pk)
+    audit(AuditKind.RUN_HELD, SYSTEM, run_id=run.pk, hold_id=asked.pk, invocation_id=invocation.id, note=note)
+    return "answered"
+
+
+def invocation_retry(*, invocation_id: str, actor: Actor) -> Invocation:
+    """An admin sends an undeliverable invocation again, with a fresh schedule."""
+    if not actor.is_admin:
+        raise Forbidden("only admins may retry a delivery")
+    with transaction.atomic():
+        won = Invocation.objects.filter(pk=invocation_id, status=Invocation.Status.UNDELIVERABLE).update(
+            status=Invocation.Status.PENDING, attempts=0, next_attempt_at=timezone.now()
+        )
+        invocation = Invocation.objects.filter(pk=invocation_id).first()
+        if invocation is None:
+            raise NotFound(f"invocation {invocation_id} does not exist")
+        if won != 1:
+            raise Conflict(
+                f"invocation {invocation_id} is {invocation.status}, not undeliverable", code="not_undeliverable"
+            )
+        audit(AuditKind.INVOCATION_RETRIED, actor, run_id=invocation.run_id, invocation_id=invocation.id)
+        ports.publish_on_commit([invocation.id])
+    return invocation
+
+
+def capability_enable(*, capability_id: int, actor: Actor) -> Capability:
+    """An admin enables an endpoint that answered 410: parked invocations are due again."""
+    if not actor.is_admin:
+        raise Forbidden("only admins may enable an endpoint")
+    with transaction.atomic():
+        capability = Capability.objects.select_for_update().filter(pk=capability_id).first()
+        if capability is None:
+            raise NotFound("no such capability")
+        capability.endpoint_disabled_at = None
+        capability.save(update_fields=["endpoint_disabled_at", "updated_at"])
+        parked = list(
+            Invocation.objects.filter(run__capability=capability, status=Invocation.Status.PARKED).values_list(
+                "pk", flat=True
+            )
+        )
+        Invocation.objects.filter(pk__in=parked).update(
+            status=Invocation.Status.PENDING, attempts=0, next_attempt_at=timezone.now()
+        )
+        audit(AuditKind.CAPABILITY_ENDPOINT_ENABLED, actor, capability=capability.name, released=len(parked))
+        ports.publish_on_commit(parked)
+    return capability
+
+
+def invocations_due(*, limit: int = 500) -> list[str]:
+    """The relay's query: outbox rows due now, and claims whose lease ran out (a dead worker)."""
+    return list(due_invocations().values_list("pk", flat=True)[:limit])
+
+
+def due_invocations():
+    """Outbox rows due now, and claims whose lease ran out (the partial index invocation_outbox_due)."""
+    now = timezone.now()
+    return Invocation.objects.filter(
+        Q(status=Invocation.Status.PENDING, next_attempt_at__lte=now)
+        | Q(status=Invocation.Status.DELIVERING, lease_until__lt=now)
+    ).order_by("next_attempt_at")

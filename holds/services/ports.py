@@ -1,0 +1,37 @@
+"""What the write path hands to the outside once a transaction commits, without importing it.
+
+Services sit below tasks and notifications (import-linter checks it), so they cannot call them. The
+tasks module registers the two handlers when Django loads the app (HoldsConfig.ready). Nothing is lost
+if a handler fails or the broker is down: the database row is the truth, and the relay finds it.
+"""
+
+from collections.abc import Callable
+
+from django.db import transaction
+
+_handlers: dict[str, Callable] = {}
+
+
+def register(*, publish: Callable[[list[str]], None], hold_asked: Callable[[int], None]) -> None:
+    _handlers.update(publish=publish, hold_asked=hold_asked)
+
+
+def _handler(name: str) -> Callable:
+    try:
+        return _handlers[name]
+    except KeyError:
+        raise RuntimeError(f"holds.services.ports: no '{name}' handler; is the holds app loaded?") from None
+
+
+def publish_on_commit(invocation_ids: list[str]) -> None:
+    """Sends these invocations to the broker after the commit (the relay re-sends what it loses)."""
+    if invocation_ids:
+        publish = _handler("publish")
+        ids = list(invocation_ids)
+        transaction.on_commit(lambda: publish(ids))
+
+
+def hold_asked_on_commit(hold_id: int) -> None:
+    """Tells reviewers about a held hold after the commit; a failing notification fails nothing here."""
+    hold_asked = _handler("hold_asked")
+    transaction.on_commit(lambda: hold_asked(hold_id))

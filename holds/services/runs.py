@@ -1,0 +1,141 @@
+"""Runs: start, fail, finish; their state and files."""
+
+from django.db import IntegrityError, connection, transaction
+from django.utils import timezone
+
+from .. import prepared
+from ..auth import Actor, run_token_hash
+from ..errors import Conflict, Forbidden, Invalid, NotFound
+from ..ids import RUN, public_id
+from ..models import AuditKind, Capability, IdempotencyKey, Invocation, Run, RunFile, RunState
+from ..schemas import canonical_json, schema_errors
+from . import ports, sql
+from .audit import audit
+
+# Invocations not sent yet: a run that finishes cancels them.
+UNSENT_INVOCATION = (Invocation.Status.WAITING, Invocation.Status.PENDING, Invocation.Status.PARKED)
+
+
+def new_invocation(*, run: Run, kind: str, seq: int, status: str, resume=None, hold=None) -> Invocation:
+    invocation = Invocation(run=run, kind=kind, seq=seq, status=status, resume=resume, hold=hold)
+    invocation.token_hash = run_token_hash(invocation.id)
+    if status == Invocation.Status.PENDING:
+        invocation.next_attempt_at = timezone.now()
+    return invocation
+
+
+def run_start(
+    *,
+    capability_name: str,
+    input: dict,
+    actor: Actor,
+    idempotency_key: str | None = None,
+) -> tuple[Run, bool]:
+    """Starts a run and writes its start invocation (the outbox row) in one transaction.
+
+    With an idempotency key, the same caller and key return the first run (created=False), so a
+    retried request never starts a second run. A run token starts a child run of its own run.
+    """
+    capability = Capability.objects.filter(name=capability_name).first()
+    if capability is None:
+        raise Invalid([{"field": "capability", "message": f"no capability named '{capability_name}'"}])
+    if idempotency_key:
+        existing = _idempotent_run(actor, idempotency_key, capability, input)
+        if existing is not None:
+            return existing, False
+    errors = schema_errors(capability.input_schema, input, "input")
+    if errors:
+        raise Invalid(errors)
+    try:
+        with transaction.atomic():
+            run = Run.objects.create(
+                capability=capability,
+                version=capability.version,
+                endpoint=capability.endpoint,
+                input=input,
+                seq=1,
+                parent=actor.run if actor.kind == "run" else None,
+                started_by_user=actor.user if actor.kind == "user" else None,
+                started_by_account=actor.account if actor.kind == "account" else None,
+            )
+            if idempotency_key:
+                IdempotencyKey.objects.create(caller=actor.caller_key, key=idempotency_key, run=run)
+            invocation = new_invocation(run=run, kind=Invocation.Kind.START, seq=1, status=Invocation.Status.PENDING)
+            invocation.save(force_insert=True)
+            audit(AuditKind.RUN_STARTED, actor, run_id=run.pk, invocation_id=invocation.id, capability=capability.name)
+            ports.publish_on_commit([invocation.id])
+    except IntegrityError:
+        # Another request with the same key won the race; answer with its run.
+        existing = _idempotent_run(actor, idempotency_key, capability, input) if idempotency_key else None
+        if existing is None:
+            raise
+        return existing, False
+    return run, True
+
+
+def _idempotent_run(actor: Actor, key: str, capability: Capability, input: dict) -> Run | None:
+    row = IdempotencyKey.objects.select_related("run").filter(caller=actor.caller_key, key=key).first()
+    if row is None:
+        return None
+    if row.run.capability_id != capability.pk or canonical_json(row.run.input) != canonical_json(input):
+        raise Invalid(
+            [{"field": "Idempotency-Key", "message": "this key was used with a different capability or input"}],
+            "the Idempotency-Key was already used with another body",
+            code="idempotency_mismatch",
+        )
+    return row.run
+
+
+def run_fail(*, run_id: int, actor: Actor, reason: str) -> Run:
+    """An admin fails a run: its pending hold is cancelled and unsent invocations are cancelled."""
+    if not actor.is_admin:
+        raise Forbidden("only admins may fail a run")
+    with transaction.atomic():
+        run = Run.objects.select_for_update(no_key=True).filter(pk=run_id).first()
+        if run is None:
+            raise NotFound(f"run {public_id(RUN, run_id)} does not exist")
+        if run.finished:
+            raise Conflict(f"run {run.public_id} is already {run.status}", code="finished")
+        finish_run(run, status=Run.Status.FAILED, error=reason or "failed by an admin", actor=actor)
+    return run
+
+
+def finish_run(run: Run, *, status: str, actor: Actor, output=None, error: str = "") -> None:
+    """Finishes a run that the caller's transaction has locked: cancels its pending hold and every
+    invocation not sent yet, in one round trip (sql.FINISH_RUN). A failure rolls all of it back."""
+    run.status = status
+    run.output = output
+    run.error = error
+    run.finished_at = timezone.now()
+    params = {
+        "run": run.pk,
+        "capability": run.capability_id,
+        "status": run.status,
+        "output": Run._meta.get_field("output").get_db_prep_save(run.output, connection),
+        "error": run.error,
+        "now": run.finished_at,
+        "unsent": [str(s) for s in UNSENT_INVOCATION],
+        "actor": actor.label,
+        "kind": AuditKind.RUN_COMPLETED if status == Run.Status.COMPLETED else AuditKind.RUN_FAILED,
+    }
+    prepared.write(*((statement, params) for statement in sql.FINISH_RUN))
+
+
+def run_state_put(*, run: Run, key: str, value, actor: Actor) -> None:
+    RunState.objects.update_or_create(run=run, key=key, defaults={"value": value})
+
+
+def run_state_delete(*, run: Run, key: str, actor: Actor) -> bool:
+    deleted, _ = RunState.objects.filter(run=run, key=key).delete()
+    return deleted > 0
+
+
+def run_file_add(*, run: Run, name: str, content_type: str, content, size: int, sha256: str, actor: Actor) -> RunFile:
+    with transaction.atomic():
+        run_file = RunFile(run=run, name=name, content_type=content_type, size=size, sha256=sha256)
+        run_file.file.save(name, content, save=False)
+        run_file.save()
+        audit(
+            AuditKind.FILE_UPLOADED, actor, run_id=run.pk, file=run_file.public_id, name=name, size=size, sha256=sha256
+        )
+    return run_file

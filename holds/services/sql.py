@@ -1,0 +1,268 @@
+"""Every hand-written statement of the write path, in one place.
+
+Each is written by hand because it is hot: one round trip where the ORM needs several, and prepared
+once per connection (holds/prepared.py). Statuses and kinds are rendered from the models' enums as
+literals, not bound as parameters: a prepared statement's generic plan can use a partial index
+(`WHERE status = 'pending'`) only when the literal is in its text (docs/decisions.md, "One database").
+Each statement's comment says what it does and names the test that pins it.
+"""
+
+import functools
+
+from .. import rows
+from ..auth import LIVE_TOKEN_SQL, RUN_TOKEN_HASH_SQL
+from ..models import AuditKind, Capability, Hold, HoldItem, Invocation, Run
+
+
+def lit(value: str) -> str:
+    """An enum value as a SQL literal (enum values are plain words; the assert keeps them so)."""
+    assert value.replace("_", "").replace(".", "").isalnum(), value
+    return f"'{value}'"
+
+
+PENDING_HOLD = lit(Hold.Status.PENDING)
+WAITING = lit(Invocation.Status.WAITING)
+PENDING = lit(Invocation.Status.PENDING)
+DELIVERING = lit(Invocation.Status.DELIVERING)
+PARKED = lit(Invocation.Status.PARKED)
+CANCELLED_INVOCATION = lit(Invocation.Status.CANCELLED)
+RESUME = lit(Invocation.Kind.RESUME)
+LIVE_INVOCATION = f"({DELIVERING}, {PENDING})"  # an invocation being delivered or due: its agent may answer
+
+
+# --- runs ---------------------------------------------------------------------------------------
+
+# A run finishes: lock its pending holds (a decision or sweep committing meanwhile is waited for), then,
+# with a snapshot taken after those locks, write the run's status, cancel its pending holds and unsent
+# invocations, count the holds out and audit it. Pinned by test_services_transitions (the cancel
+# cases) and test_races::test_a_run_failing_while_its_hold_is_decided_waits_and_keeps_the_decision.
+FINISH_RUN = (
+    f"SELECT id FROM holds_hold WHERE run_id = %(run)s AND status = {PENDING_HOLD} FOR UPDATE",
+    f"""
+WITH finished AS (
+    UPDATE holds_run SET status = %(status)s, output = %(output)s, error = %(error)s, finished_at = %(now)s
+    WHERE id = %(run)s
+), holds AS (
+    UPDATE holds_hold SET status = {lit(Hold.Status.CANCELLED)}, decided_at = %(now)s
+    WHERE run_id = %(run)s AND status = {PENDING_HOLD} RETURNING id
+), counted AS (
+    INSERT INTO holds_pendingcount (capability_id, delta)
+    SELECT %(capability)s, -count(*) FROM holds HAVING count(*) > 0
+), invocations AS (
+    UPDATE holds_invocation SET status = {CANCELLED_INVOCATION}, lease_until = NULL
+    WHERE run_id = %(run)s AND status = ANY(%(unsent)s) RETURNING id
+)
+INSERT INTO holds_auditevent (at, actor, kind, run_id_ref, hold_id_ref, invocation_id_ref, data)
+SELECT %(now)s, %(actor)s, %(kind)s, %(run)s, NULL, '', jsonb_build_object(
+    'error', %(error)s::text,
+    'cancelled_holds', COALESCE((SELECT jsonb_agg('h_' || id ORDER BY id) FROM holds), '[]'),
+    'cancelled_invocations', COALESCE((SELECT jsonb_agg(id ORDER BY id) FROM invocations), '[]'))
+""",
+)
+
+
+# --- asks ---------------------------------------------------------------------------------------
+
+
+@functools.cache
+def ask(hold_columns: tuple[str, ...], event_columns: tuple[str, ...], *, by_token: bool) -> str:
+    """An ask in one statement: the hold, its items (one array per column, so one text serves 1 to 100
+    items), its audit event and its +1 pending count, written only if the run's token is live. Its first
+    part, `t`, is the run: the given one, or the token's, found by primary key and MATERIALIZED so that
+    the liveness test stays a filter on that one row. Pinned by test_api_ask (the dead-token cases) and
+    performance/ (test_round_trips: one statement; test_explain: the token by primary key)."""
+    if by_token:
+        source = (
+            f"SELECT i.run_id, r.capability_id, ({LIVE_TOKEN_SQL}) AS live FROM holds_invocation i"
+            " JOIN holds_run r ON r.id = i.run_id WHERE i.id = %s AND i.token_hash = %s"
+        )
+    else:
+        source = "SELECT %s::bigint AS run_id, %s::bigint AS capability_id, true AS live"
+    return (
+        f"WITH t AS MATERIALIZED ({source}),"
+        f" h AS (INSERT INTO holds_hold (run_id, capability_id, search_text, {', '.join(hold_columns)})"
+        f" SELECT t.run_id, t.capability_id, %s || 'r_' || t.run_id || %s, {', '.join(['%s'] * len(hold_columns))}"
+        " FROM t WHERE t.live RETURNING id, run_id, capability_id),"
+        " i AS (INSERT INTO holds_holditem"
+        " (hold_id, position, item_id, title, data, confidence, action, decided_data, comment)"
+        " SELECT h.id, x.position, x.item_id, x.title, x.data, x.confidence::jsonb, '', NULL, NULL"
+        " FROM h, unnest(%s::int[], %s::text[], %s::text[], %s::text[], %s::text[])"
+        " AS x(position, item_id, title, data, confidence)),"
+        f" a AS (INSERT INTO holds_auditevent (hold_id_ref, run_id_ref, actor, {', '.join(event_columns)})"
+        f" SELECT h.id, h.run_id, 'run r_' || h.run_id, {', '.join(['%s'] * len(event_columns))} FROM h),"
+        " p AS (INSERT INTO holds_pendingcount (capability_id, delta) SELECT h.capability_id, 1 FROM h)"
+        " SELECT id, run_id, capability_id FROM h"
+    )
+
+
+# --- decisions ----------------------------------------------------------------------------------
+
+
+def _decide() -> tuple:
+    columns = (
+        rows.Columns(Hold, "h"),
+        rows.Columns(Capability, "c"),
+        rows.Columns(Run, "r"),
+        rows.Columns(HoldItem, "i"),
+    )
+    statement = (
+        f"SELECT {', '.join(c.select() for c in columns)} FROM holds_hold h"
+        " JOIN holds_capability c ON c.id = h.capability_id JOIN holds_run r ON r.id = h.run_id"
+        " LEFT JOIN holds_holditem i ON i.hold_id = h.id WHERE h.id = %s ORDER BY i.position"
+    )
+    return statement, columns
+
+
+# The hold a decision starts from, with its capability, run and items, one row per item: one round trip
+# where the ORM needs two. Pinned by performance/test_round_trips (a decision's queries).
+DECIDE = rows.Query(_decide)
+
+# The conditional UPDATE that takes a hold for one decision: pending, and not expired by the database's
+# clock. A concurrent decision or sweep waits on its row lock and then updates nothing. Pinned by
+# test_races (approve against approve, reject and the sweep) and test_api_decision's 409 cases.
+TAKE_HOLD = (
+    f"UPDATE holds_hold SET {{stamp}} WHERE id = %(hold)s AND status = {PENDING_HOLD}"
+    " AND (expires_at IS NULL OR expires_at > STATEMENT_TIMESTAMP()) RETURNING id"
+)
+
+
+@functools.cache
+def write_decision(invocation_columns: tuple[str, ...], event_columns: tuple[str, ...]) -> str:
+    """What a won decision writes, in the same round trip as TAKE_HOLD: only where the hold carries this
+    decision's stamp and has no resume yet, the -1 pending count, the items' decisions (one array per
+    column), the resume (its seq after the asker's, waiting while the asker is still answering, read with
+    this statement's newer snapshot) and the audit event. Pinned by test_api_decision (the resume's body),
+    test_races (an asker answering meanwhile) and performance/test_round_trips."""
+    return (
+        "WITH won AS (SELECT h.id FROM holds_hold h WHERE h.id = %(hold)s AND h.status = %(status)s"
+        " AND h.decided_at = %(decided_at)s AND h.decided_by = %(decided_by)s"
+        f" AND NOT EXISTS (SELECT 1 FROM holds_invocation x WHERE x.hold_id = h.id AND x.kind = {RESUME})),"
+        " p AS (INSERT INTO holds_pendingcount (capability_id, delta) SELECT %(capability)s, -1 FROM won),"
+        " t AS (UPDATE holds_holditem AS t SET action = v.action, decided_data = v.decided_data,"
+        " comment = v.comment FROM won, unnest(%(item_ids)s::bigint[], %(actions)s::text[], %(decided_data)s::text[],"
+        " %(comments)s::text[]) AS v(id, action, decided_data, comment) WHERE t.id = v.id),"
+        " asker AS (SELECT x.seq, x.status FROM holds_invocation x, won WHERE x.id = %(asker)s),"
+        f" r AS (INSERT INTO holds_invocation ({', '.join(invocation_columns)}, seq, status, next_attempt_at)"
+        f" SELECT {', '.join(f'%(r{n})s' for n in range(len(invocation_columns)))}, asker.seq + 1, w.status,"
+        f" CASE WHEN w.status = {PENDING} THEN %(now)s::timestamptz END FROM asker,"
+        f" LATERAL (SELECT CASE WHEN asker.status IN {LIVE_INVOCATION} THEN {WAITING} ELSE {PENDING} END"
+        " AS status) AS w RETURNING seq, status, next_attempt_at),"
+        f" a AS (INSERT INTO holds_auditevent ({', '.join(event_columns)})"
+        f" SELECT {', '.join(f'%(a{n})s' for n in range(len(event_columns)))} FROM won)"
+        " SELECT seq, status, next_attempt_at FROM r"
+    )
+
+
+# --- expiry -------------------------------------------------------------------------------------
+
+# A sweep batch's writes on the locked holds, set-based: the holds' UPDATE, their resumes (ids made as
+# models.new_invocation_id makes them: `inv_`, 12 hex digits of milliseconds, 8 random bytes; the token
+# hash as auth.run_token_hash), their audit rows and the pending counts' -n per capability. `resumes` is
+# MATERIALIZED so that each row's random id is drawn once and read by both INSERTs. Pinned by
+# test_task_sweep (what it writes, row for row; fresh ids and token hashes).
+EXPIRE_LOCKED = (
+    f"""
+WITH expired AS (
+    UPDATE holds_hold SET status = {lit(Hold.Status.EXPIRED)}, decided_at = %(now)s, decided_by = 'expired'
+    WHERE id = ANY(%(hold_ids)s::bigint[]) AND status = {PENDING_HOLD}
+    RETURNING id, run_id, invocation_id, capability_id, expires_at
+), resumes AS MATERIALIZED (
+    SELECT e.id, e.run_id, e.capability_id, e.expires_at, asker.seq + 1 AS seq,
+           CASE WHEN asker.status IN {LIVE_INVOCATION} THEN {WAITING} ELSE {PENDING} END AS status,
+           'inv_' || lpad(to_hex(floor(extract(epoch FROM %(now)s::timestamptz) * 1000)::bigint), 12, '0')
+           || encode(substring(uuid_send(gen_random_uuid()) FROM 1 FOR 6)
+                     || substring(uuid_send(gen_random_uuid()) FROM 11 FOR 2), 'hex') AS invocation_id
+    FROM expired e JOIN holds_invocation asker ON asker.id = e.invocation_id
+), resume_rows AS (
+    INSERT INTO holds_invocation (id, run_id, kind, seq, status, token_hash, resume, hold_id, attempts,
+                                  next_attempt_at, last_error, created_at)
+    SELECT invocation_id, run_id, {RESUME}, seq, status, """
+    + RUN_TOKEN_HASH_SQL.format(id="invocation_id")
+    + f""",
+           '{{"hold_id": "h_' || id || '", "resolved_by": "expired", "items": [], "comment": null}}',
+           id, 0, CASE WHEN status = {PENDING} THEN %(now)s END, '', %(now)s
+    FROM resumes
+), audit_rows AS (
+    INSERT INTO holds_auditevent (at, actor, kind, run_id_ref, hold_id_ref, invocation_id_ref, data)
+    SELECT %(now)s, %(actor)s, {lit(AuditKind.HOLD_EXPIRED)}, run_id, id, invocation_id,
+           jsonb_build_object('expires_at',
+           to_char(expires_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS')
+           || CASE WHEN extract(microseconds FROM expires_at) %% 1000000 = 0 THEN ''
+                   ELSE to_char(expires_at AT TIME ZONE 'UTC', '.US') END
+           || '+00:00')
+    FROM resumes
+), pending_counts AS (
+    INSERT INTO holds_pendingcount (capability_id, delta)
+    SELECT capability_id, -count(*) FROM expired GROUP BY capability_id
+)
+SELECT id, capability_id, invocation_id, status FROM resumes
+"""
+)
+
+
+# --- delivery -----------------------------------------------------------------------------------
+
+# A worker claims a due invocation (or one whose lease ran out) with a lease, or parks it when its
+# endpoint is disabled, and moves a held run on to its resume, looked up by the run's key (joined, the
+# planner preferred to scan every held run). Pinned by test_races (two workers, one winner), test_task_deliver
+# (leases, parking) and performance/test_explain (the held run by primary key).
+CLAIM = f"""
+WITH claimed AS (
+    UPDATE holds_invocation AS i
+    SET status = CASE WHEN c.endpoint_disabled_at IS NULL THEN {DELIVERING} ELSE {PARKED} END,
+        lease_until = CASE WHEN c.endpoint_disabled_at IS NULL
+                           THEN %(now)s + make_interval(secs => c.timeout_seconds + %(grace)s) END,
+        attempts = i.attempts + CASE WHEN c.endpoint_disabled_at IS NULL THEN 1 ELSE 0 END,
+        first_sent_at = CASE WHEN c.endpoint_disabled_at IS NULL
+                             THEN COALESCE(i.first_sent_at, %(now)s) ELSE i.first_sent_at END
+    FROM holds_run AS r JOIN holds_capability AS c ON c.id = r.capability_id
+    WHERE i.id = %(id)s AND r.id = i.run_id
+      AND ((i.status = {PENDING} AND i.next_attempt_at <= %(now)s)
+           OR (i.status = {DELIVERING} AND i.lease_until < %(now)s))
+    RETURNING {{columns}}
+), moved AS (
+    UPDATE holds_run AS r SET status = {lit(Run.Status.RUNNING)}, seq = (SELECT i_seq FROM claimed)
+    WHERE r.id = (SELECT i_run_id FROM claimed WHERE i_kind = {RESUME} AND i_status = {DELIVERING})
+      AND r.status = {lit(Run.Status.HELD)}
+    RETURNING r.id
+)
+SELECT claimed.*, EXISTS (SELECT 1 FROM moved) FROM claimed
+"""
+
+# The row locks of recording an answer: the claimed invocation (still this attempt's), then its run.
+# NO KEY locks still order every writer of the run, but not a decision or sweep inserting the run's
+# resume (whose foreign key takes KEY SHARE on the run while it holds the hold's lock that this answer
+# waits for). Pinned by test_races (answers against decisions and the sweep) and test_task_deliver
+# (a stale claim records nothing).
+LOCK_CLAIMED = f"""
+SELECT {{columns}}
+FROM holds_invocation AS i JOIN holds_run AS r ON r.id = i.run_id JOIN holds_capability AS c ON c.id = r.capability_id
+WHERE i.id = %(id)s AND i.status = {DELIVERING} AND i.attempts = %(attempt)s
+FOR NO KEY UPDATE OF i, r
+"""
+
+# Then the hold the locked invocation asked (its latest), locked in turn: a decision or the sweep holds
+# it while it creates a resume, so the answer sees that resume. Pinned with LOCK_CLAIMED.
+LOCK_ASKED = f"""
+SELECT id, status FROM holds_hold WHERE invocation_id = %(id)s
+  AND EXISTS (SELECT 1 FROM holds_invocation WHERE id = %(id)s AND status = {DELIVERING} AND attempts = %(attempt)s)
+ORDER BY id DESC LIMIT 1 FOR UPDATE
+"""
+
+# One delivery attempt and its audit event, which always go together. Pinned by test_task_deliver
+# (attempt rows and the audit log).
+WRITE_ATTEMPT = f"""
+WITH attempt AS (
+    INSERT INTO holds_deliveryattempt (invocation_id, number, started_at, latency_ms, status_code, outcome, error)
+    VALUES (%(invocation)s, %(attempt)s, %(started_at)s, %(latency_ms)s, %(status_code)s, %(result)s, %(error)s)
+)
+INSERT INTO holds_auditevent (at, actor, kind, run_id_ref, hold_id_ref, invocation_id_ref, data)
+VALUES (%(at)s, %(actor)s, {lit(AuditKind.INVOCATION_ATTEMPT)}, %(run)s, NULL, %(invocation)s, %(data)s::jsonb)
+"""
+
+# An invocation's new status after an attempt, as save(update_fields=...) would write it. Pinned by
+# test_task_deliver (answers, retries, undeliverable).
+SET_INVOCATION = (
+    "UPDATE holds_invocation SET status = %s, lease_until = NULL, last_error = %s, answer = %s,"
+    " answered_at = %s, next_attempt_at = %s WHERE id = %s"
+)

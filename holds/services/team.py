@@ -1,0 +1,161 @@
+"""The team: capabilities from agentos.yaml, people, service accounts and who may approve what."""
+
+from django.contrib.auth import get_user_model
+from django.db import transaction
+from django.utils import timezone
+
+from ..auth import SYSTEM, Actor, new_service_key
+from ..config import new_secret
+from ..errors import Conflict, Forbidden, Invalid, NotFound
+from ..models import AuditKind, Capability, Membership, Role, ServiceAccount
+from .audit import audit
+
+# What a capability gets for each key that agentos.yaml leaves out.
+DEFAULTS = {
+    "version": "1",
+    "timeout_seconds": 30.0,
+    "input_schema": None,
+    "output_schema": None,
+    "approvers": [Role.ADMIN.value, Role.MEMBER.value],
+    "self_approval": True,
+    "notify": {},
+}
+
+
+def capabilities_sync(*, specs, actor: Actor) -> list[tuple[str, bool, str | None]]:
+    """Writes capabilities read from agentos.yaml, all or nothing. Safe to run twice.
+
+    Keys the file sets overwrite what admins changed; keys it leaves out fall back to defaults.
+    A secret is generated once, when the file has none and the capability is new.
+    Returns (name, created, generated secret or None) per capability.
+    """
+    results = []
+    with transaction.atomic():
+        for spec in specs:
+            values = {**DEFAULTS, **spec.values}
+            capability = Capability.objects.select_for_update().filter(name=spec.name).first()
+            created = capability is None
+            generated = None
+            if created:
+                capability = Capability(name=spec.name)
+                if "secret" not in spec.values:
+                    generated = values["secret"] = new_secret()
+            before = {key: getattr(capability, key) for key in values} if not created else {}
+            for key, value in values.items():
+                setattr(capability, key, value)
+            capability.from_file = sorted(spec.values)
+            capability.save()
+            changed = sorted(k for k in values if k != "secret" and before.get(k) != values[k]) if before else []
+            if created or changed:
+                audit(AuditKind.CAPABILITY_SYNCED, actor, capability=spec.name, created=created, changed=changed)
+            results.append((spec.name, created, generated))
+    return results
+
+
+def person_add(*, username: str, role: str, password: str | None, actor: Actor, email: str = ""):
+    _require_admin(actor)
+    user_model = get_user_model()
+    with transaction.atomic():
+        user, created = user_model.objects.get_or_create(username=username, defaults={"email": email})
+        if password:
+            user.set_password(password)
+        user.is_staff = role == Role.ADMIN
+        user.save()
+        Membership.objects.update_or_create(user=user, defaults={"role": role})
+        audit(AuditKind.PERSON_ADDED if created else AuditKind.PERSON_CHANGED, actor, username=username, role=role)
+    return user
+
+
+def service_account_create(*, name: str, role: str, actor: Actor):
+    _require_admin(actor)
+    key, key_hash, prefix = new_service_key()
+    with transaction.atomic():
+        account = ServiceAccount.objects.create(name=name, role=role, key_hash=key_hash, key_prefix=prefix)
+        audit(AuditKind.SERVICE_ACCOUNT_CREATED, actor, name=name, role=role)
+    return account, key
+
+
+def _require_admin(actor: Actor) -> None:
+    if not actor.is_admin and actor is not SYSTEM:
+        raise Forbidden("only admins manage people, service accounts and approvers")
+
+
+def person_set_role(*, user_id: int, role: str, actor: Actor) -> None:
+    _require_admin(actor)
+    if role not in Role.values:
+        raise Invalid([{"field": "role", "message": f"one of {', '.join(Role.values)}"}])
+    with transaction.atomic():
+        membership = Membership.objects.select_for_update().filter(user_id=user_id).select_related("user").first()
+        if membership is None:
+            raise NotFound("no such person")
+        before = membership.role
+        membership.role = role
+        membership.save(update_fields=["role"])
+        membership.user.is_staff = role == Role.ADMIN
+        membership.user.save(update_fields=["is_staff"])
+        audit(AuditKind.PERSON_ROLE_CHANGED, actor, username=membership.user.username, before=before, after=role)
+
+
+def person_set_active(*, user_id: int, active: bool, actor: Actor) -> None:
+    _require_admin(actor)
+    with transaction.atomic():
+        user = get_user_model().objects.select_for_update().filter(pk=user_id).first()
+        if user is None:
+            raise NotFound("no such person")
+        if actor.kind == "user" and actor.user.pk == user.pk and not active:
+            raise Conflict("you cannot deactivate yourself", code="self")
+        before = user.is_active
+        user.is_active = active
+        user.save(update_fields=["is_active"])
+        # No session clean-up needed: Django's auth backend refuses inactive users on their
+        # very next request, so a deactivated person is signed out at once.
+        audit(
+            AuditKind.PERSON_ACTIVATED if active else AuditKind.PERSON_DEACTIVATED,
+            actor,
+            username=user.username,
+            before=before,
+            after=active,
+        )
+
+
+def service_account_set_role(*, account_id: int, role: str, actor: Actor) -> None:
+    _require_admin(actor)
+    if role not in Role.values:
+        raise Invalid([{"field": "role", "message": f"one of {', '.join(Role.values)}"}])
+    with transaction.atomic():
+        account = ServiceAccount.objects.select_for_update().filter(pk=account_id).first()
+        if account is None:
+            raise NotFound("no such service account")
+        before, account.role = account.role, role
+        account.save(update_fields=["role"])
+        audit(AuditKind.SERVICE_ACCOUNT_ROLE_CHANGED, actor, name=account.name, before=before, after=role)
+
+
+def service_account_revoke(*, account_id: int, actor: Actor) -> None:
+    _require_admin(actor)
+    with transaction.atomic():
+        won = ServiceAccount.objects.filter(pk=account_id, revoked_at__isnull=True).update(revoked_at=timezone.now())
+        account = ServiceAccount.objects.filter(pk=account_id).first()
+        if account is None:
+            raise NotFound("no such service account")
+        if won != 1:
+            raise Conflict(f"{account.name} is already revoked", code="revoked")
+        audit(AuditKind.SERVICE_ACCOUNT_REVOKED, actor, name=account.name)
+
+
+def capability_set_approvers(*, capability_id: int, approvers: list[str], self_approval: bool | None, actor: Actor):
+    _require_admin(actor)
+    if not approvers or any(a not in (Role.ADMIN, Role.MEMBER) for a in approvers):
+        raise Invalid([{"field": "approvers", "message": "a non-empty list of roles from admin, member"}])
+    with transaction.atomic():
+        capability = Capability.objects.select_for_update().filter(pk=capability_id).first()
+        if capability is None:
+            raise NotFound("no such capability")
+        before = {"approvers": capability.approvers, "self_approval": capability.self_approval}
+        capability.approvers = list(dict.fromkeys(approvers))
+        if self_approval is not None:
+            capability.self_approval = self_approval
+        capability.save(update_fields=["approvers", "self_approval", "updated_at"])
+        after = {"approvers": capability.approvers, "self_approval": capability.self_approval}
+        audit(AuditKind.CAPABILITY_APPROVERS_CHANGED, actor, capability=capability.name, before=before, after=after)
+    return capability

@@ -1,0 +1,142 @@
+"""The performance suite: tests that pin internals on purpose (round trips, statements per request,
+SQL plans, prepared statements). Each number here is a cost that a benchmark measured
+(docs/benchmarks.md); a change that moves one must say why in docs/benchmarks-notes.md. Behaviour
+is tested elsewhere, through services and HTTP."""
+
+import psycopg
+import pytest
+from django.db import connection
+
+from holds import delivery, services
+from holds.auth import actor_for_account
+from holds.errors import Conflict
+from holds.models import AuditEvent, DeliveryAttempt, Invocation, PendingCount, Run
+from holds.services.transactions import one_round_trip
+from tests import factories
+from tests.agent_double import AgentDouble
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def agent():
+    double = AgentDouble()
+    yield double
+    double.close()
+
+
+@pytest.fixture
+def acap(agent, settings):
+    settings.RQ_RETRY_SCHEDULE = [0, 5, 30, 120]
+    return factories.capability(name="pay_invoices", endpoint=agent.url, timeout_seconds=2.0)
+
+
+@pytest.fixture
+def live(cap):
+    run = factories.start_run(cap)
+    invocation, token = factories.deliver_now(run)
+    return run, invocation, token
+
+
+def _decided_resume(acap) -> Invocation:
+    run, hold = factories.held_hold(acap)
+    services.hold_decide(
+        hold_id=hold.pk,
+        actor=actor_for_account(factories.account("bot", role="member")[0]),
+        body={"items": [{"id": "INV-1", "action": "approve"}, {"id": "INV-2", "action": "approve"}]},
+    )
+    return Invocation.objects.get(hold=hold)
+
+
+@pytest.mark.django_db(transaction=True)  # as in production: no test transaction around the ask
+@pytest.mark.parametrize("n_items", [1, 100])
+def test_one_ask_costs_one_statement_whatever_its_size(api, live, n_items, django_assert_num_queries):
+    # PostgreSQL: the token's invocation and run, hold, items, audit and pending count in one statement.
+    # Elsewhere: the token lookup, BEGIN, hold, items (one bulk INSERT), audit, count, COMMIT.
+    with django_assert_num_queries(1):
+        response = api.post("/v0/holds", factories.ask_body(n_items), token=live[2])
+    assert response.status_code == 201
+
+
+@pytest.mark.parametrize("n_items", [1, 100])
+def test_one_decision_costs_the_same_queries_whatever_its_size(cap, n_items, django_assert_num_queries):
+    from holds import services
+    from holds.auth import actor_for_account
+
+    _, hold = factories.held_hold(cap, factories.ask_body(n_items))
+    robot = actor_for_account(factories.account("bot", role="member")[0])
+    body = {"items": [{"id": item.item_id, "action": "approve"} for item in hold.items.all()]}
+    # PostgreSQL: the hold with capability, run and items; then one round trip with the conditional
+    # UPDATE of the hold and one statement for items, pending count, resume and audit row (inside
+    # this test's transaction: a savepoint and its release around it).
+    # Elsewhere: the same read, the UPDATE, the items' bulk UPDATE, the count, the asker, the resume,
+    # the audit row (and the savepoint pair).
+    with django_assert_num_queries(4):
+        services.hold_decide(hold_id=hold.pk, actor=robot, body=body)
+    assert Invocation.objects.get(hold=hold).resume["items"][0]["action"] == "approve"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_decision_alone_is_a_read_and_one_round_trip_and_a_lost_one_writes_nothing(cap, count_round_trips):
+    from holds import services
+    from holds.auth import actor_for_account
+
+    _, hold = factories.held_hold(cap, factories.ask_body(3))
+    robot = actor_for_account(factories.account("bot", role="member")[0])
+    body = {"items": [{"id": f"INV-{n}", "action": "reject"} for n in (1, 2, 3)], "comment": "no"}
+    with count_round_trips() as sent:
+        services.hold_decide(hold_id=hold.pk, actor=robot, body=body)
+    # The read; then BEGIN, the conditional UPDATE, the statement that writes the rest, and COMMIT.
+    assert (sent.round_trips, sent.statements) == (2, 5), sent
+    assert connection.connection.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
+    counts = (Invocation.objects.count(), AuditEvent.objects.count(), PendingCount.objects.count())
+    with pytest.raises(Conflict) as refused:
+        services.hold_decide(hold_id=hold.pk, actor=robot, body=body)
+    assert refused.value.code == "already_decided"
+    assert (Invocation.objects.count(), AuditEvent.objects.count(), PendingCount.objects.count()) == counts
+    assert [i.comment for i in hold.items.order_by("position")] == ["no", "no", "no"]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_resume_delivery_is_four_round_trips(agent, acap, count_round_trips):
+    """The claim (BEGIN, SET LOCAL, the UPDATE ... RETURNING, COMMIT) is one round trip. Recording the
+    answer is three: psycopg's BEGIN; the locks on the invocation, its run and the asked hold; then
+    the invocation's UPDATE, the run's finish (two statements), the attempt with its audit event and
+    the COMMIT. Pinned so that neither can creep back."""
+    resume = _decided_resume(acap)
+    with count_round_trips() as sent:
+        assert delivery.deliver(resume.id) == "answered"
+    assert (sent.round_trips, sent.statements) == (4, 11), sent
+    assert agent.requests[-1]["headers"]["webhook-id"] == resume.id
+    resume.refresh_from_db()
+    assert resume.status == Invocation.Status.ANSWERED
+    assert resume.run.status == Run.Status.COMPLETED
+    assert DeliveryAttempt.objects.filter(invocation=resume, outcome="answered").count() == 1
+    assert connection.connection.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
+
+
+def test_a_resume_delivery_costs_a_fixed_number_of_queries(agent, acap, django_assert_num_queries):
+    """Inside a test's transaction (savepoints instead of BEGIN and COMMIT), on either backend."""
+    resume = _decided_resume(acap)
+    # PostgreSQL: claim (savepoint, one text with SET LOCAL and the UPDATE ... RETURNING, release);
+    # record (savepoint, one text with the two locks, one with the writes: the invocation, the run's
+    # finish in two statements and the attempt; release). SQLite, the ORM: 17.
+    with django_assert_num_queries(7):
+        assert delivery.deliver(resume.id) == "answered"
+    assert agent.requests[-1]["headers"]["webhook-id"] == resume.id
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_one_round_trip_transaction_that_fails_writes_nothing_and_leaves_the_connection_usable(cap):
+    import psycopg
+    from django.db import DataError, connection
+
+    from holds.models import PendingCount
+
+    statements = ["INSERT INTO holds_pendingcount (capability_id, delta) VALUES (%(cap)s, 1)", "SELECT 1 / 0"]
+    with pytest.raises(DataError):
+        one_round_trip(statements, {"cap": cap.pk})
+    assert connection.connection.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
+    assert PendingCount.objects.filter(delta=1).count() == 0
+    assert one_round_trip(statements[:1] + ["SELECT 2"], {"cap": cap.pk}) == [[], [(2,)]]
+    assert PendingCount.objects.filter(delta=1).count() == 1
