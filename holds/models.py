@@ -331,9 +331,7 @@ class Hold(models.Model):
     run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="holds")
     # The invocation that asked; a resume is not sent before it has answered. An invocation asks at most
     # one hold (the unique constraint below is also its index).
-    invocation = models.ForeignKey(
-        Invocation, on_delete=models.CASCADE, related_name="asked_holds", db_index=False
-    )
+    invocation = models.ForeignKey(Invocation, on_delete=models.CASCADE, related_name="asked_holds", db_index=False)
     # Copied from the run so that the queue filters and sorts without a join.
     capability = models.ForeignKey(Capability, on_delete=models.PROTECT, related_name="holds")
     status = models.CharField(max_length=10, choices=Status.choices, default=Status.PENDING)
