@@ -338,6 +338,9 @@ class Hold(models.Model):
     intent = models.CharField(max_length=500)
     actions = models.JSONField()
     details = models.TextField(blank=True, default="")
+    # `details` as sanitised HTML, rendered once at the ask (holds/markup.py); NULL: over the rendering
+    # budget, and the page shows the text escaped as plain text.
+    details_html = models.TextField(null=True, blank=True)
     files = models.JSONField(default=list, blank=True)
     expires_at = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)

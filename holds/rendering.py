@@ -10,43 +10,15 @@ Everything here treats its input as hostile (a prompt-injected agent may have wr
 import json
 import math
 import unicodedata
-import xml.etree.ElementTree as etree
 from dataclasses import dataclass, field
-from functools import lru_cache
 
-import bleach
-import markdown
-from bleach.linkifier import LinkifyFilter
 from django.conf import settings
 from django.utils.html import escape
 from django.utils.safestring import SafeString, mark_safe
-from markdown.treeprocessors import Treeprocessor
+
+from .markup import ALWAYS_HIDDEN, LAYOUT, is_hidden, mark_of, reveal  # noqa: F401 (used by templates and tests)
 
 # --- hidden characters and look-alikes ---------------------------------------------------------
-
-# Layout characters that a reader expects to see as layout; every other control or format
-# character (zero-width, bidi overrides, BOM, soft hyphen, tag characters...) is made visible.
-LAYOUT = {"\n", "\t"}
-# Named in SECURITY terms by the spec; all of them are Cf anyway, listed so the rule reads plainly.
-ALWAYS_HIDDEN = set("\u200b\u200c\u200d\u2060\ufeff\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069")
-
-
-def is_hidden(ch: str) -> bool:
-    if ch in LAYOUT:
-        return False
-    if ch in ALWAYS_HIDDEN:
-        return True
-    # Cc control, Cf format, Zl/Zp line and paragraph separators, Co private use, Cn unassigned.
-    return unicodedata.category(ch) in ("Cc", "Cf", "Zl", "Zp", "Co", "Cn")
-
-
-def mark_of(ch: str) -> str:
-    return f"⟦U+{ord(ch):04X}⟧"
-
-
-def reveal(text: str) -> str:
-    """Plain text with every hidden character spelled out (for places that cannot hold markup)."""
-    return "".join(mark_of(ch) if is_hidden(ch) else ch for ch in text)
 
 
 def has_hidden(text: str) -> bool:
@@ -226,101 +198,10 @@ def item_rank(rows: list[FieldRow], title_flags: list[str], id_flags: list[str])
 
 # --- markdown ------------------------------------------------------------------------------------
 
-ALLOWED_TAGS = {
-    "p",
-    "br",
-    "hr",
-    "strong",
-    "em",
-    "b",
-    "i",
-    "code",
-    "pre",
-    "blockquote",
-    "ul",
-    "ol",
-    "li",
-    "a",
-    "span",
-    "table",
-    "thead",
-    "tbody",
-    "tr",
-    "th",
-    "td",
-    "del",
-}
-ALLOWED_ATTRIBUTES = {"a": ["href", "title", "rel"], "span": ["class"], "p": ["class"]}
-ALLOWED_CLASSES = {"md-heading", "md-image"}
-ALLOWED_PROTOCOLS = ["http", "https", "mailto"]
-LINK_REL = "noopener noreferrer nofollow"
 
-
-class _Defang(Treeprocessor):
-    """Agent headings do not join the page outline, and no image loads from anywhere."""
-
-    def run(self, root):
-        for parent in root.iter():
-            for index, child in enumerate(list(parent)):
-                if child.tag in ("h1", "h2", "h3", "h4", "h5", "h6"):
-                    child.tag = "p"
-                    child.attrib.clear()
-                    child.set("class", "md-heading")
-                elif child.tag == "img":
-                    alt, src = child.get("alt", ""), child.get("src", "")
-                    span = etree.Element("span")
-                    span.set("class", "md-image")
-                    span.text = f"[image: {alt}] {src}".strip() if alt else f"[image] {src}".strip()
-                    span.tail = child.tail
-                    parent.remove(child)
-                    parent.insert(index, span)
-
-
-class _DefangExtension(markdown.Extension):
-    def extendMarkdown(self, md):  # noqa: N802 (the library's name)
-        # No raw HTML: "<b>" in agent text is text, escaped by the serializer like any other.
-        md.preprocessors.deregister("html_block")
-        md.inlinePatterns.deregister("html")
-        md.treeprocessors.register(_Defang(md), "rq_defang", 0)
-
-
-def _set_rel(attrs, new=False):
-    href_key = (None, "href")
-    if href_key not in attrs:
-        return attrs
-    attrs[(None, "rel")] = LINK_REL
-    return attrs
-
-
-def _allow_attribute(tag: str, name: str, value: str) -> bool:
-    if name == "class":
-        return value in ALLOWED_CLASSES
-    return name in ALLOWED_ATTRIBUTES.get(tag, [])
-
-
-@lru_cache(maxsize=1)
-def _cleaner() -> bleach.Cleaner:
-    return bleach.Cleaner(
-        tags=ALLOWED_TAGS,
-        attributes=_allow_attribute,
-        protocols=ALLOWED_PROTOCOLS,
-        strip=False,
-        strip_comments=True,
-        filters=[lambda source: LinkifyFilter(source, callbacks=[_set_rel], skip_tags={"pre", "code"})],
-    )
-
-
-def render_markdown(text: str) -> SafeString:
-    """Agent markdown -> HTML that is safe to put in a page. The only `mark_safe` of agent text.
-
-    Markdown runs with raw HTML turned into text, then bleach keeps only an allowlist of tags and
-    attributes (no style, no event handlers, no hx-*), links only to http/https/mailto with a
-    rel that leaks nothing, and images become their alt text and URL as plain text.
-    """
-    if not text:
-        return mark_safe("")
-    html = markdown.markdown(reveal(text), extensions=["fenced_code", "tables", "sane_lists", _DefangExtension()])
-    return mark_safe(_cleaner().clean(html))  # noqa: S308 (sanitised by the allowlist above)
+def markdown_html(html: str | None) -> SafeString | None:
+    """The sanitised HTML that markup.render stored at the ask, as safe markup (None: over budget)."""
+    return None if html is None else mark_safe(html)  # noqa: S308 (markup.render's allowlist output)
 
 
 def span(seconds: float | None) -> str:

@@ -169,7 +169,7 @@ def _hold_context(request, hold: Hold, actor: Actor, form: DecisionForm | None =
         "items": _item_views(form),
         "files": queries.hold_files(hold),
         "resume": None if hold.status == Hold.Status.PENDING else queries.hold_resume(hold),
-        "details_html": rendering.render_markdown(hold.details),
+        "details_html": rendering.markdown_html(hold.details_html),
         "details_flags": rendering.text_flags(hold.details or ""),
         "intent_flags": rendering.text_flags(hold.intent),
         "is_open": open_,

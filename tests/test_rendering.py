@@ -3,7 +3,8 @@
 import pytest
 
 from holds import rendering
-from holds.rendering import render_markdown, show_value, visible
+from holds.markup import to_html as render_markdown
+from holds.rendering import show_value, visible
 
 
 def test_it_escapes_raw_html_in_markdown_instead_of_rendering_it():

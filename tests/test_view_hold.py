@@ -352,3 +352,35 @@ def parsed(text: str) -> list[tuple[str, list]]:
 
     Collect().feed(text)
     return found
+
+
+@pytest.mark.parametrize(
+    "details",
+    [
+        "[" * 12_000,  # Python-Markdown is quadratic on runs of brackets (21.8 s per view before)
+        "".join("    " * depth + "- level\n" for depth in range(300)),  # 180 KB: RecursionError in process
+    ],
+    ids=["brackets", "nesting"],
+)
+def test_details_over_the_rendering_budget_show_as_plain_text_and_the_hold_stays_decidable(
+    signed_in, cap, details, monkeypatch
+):
+    run, hold = factories.held_hold(cap, factories.ask_body(details=details))
+    assert hold.details_html is None
+    # Rendered once, at the ask: a page view never runs markdown.
+    monkeypatch.setattr("holds.markup.to_html", lambda text: pytest.fail("markdown ran on a page view"))
+    page = signed_in.get(url(hold))
+    text = page.content.decode()
+    assert page.status_code == 200 and "Shown as plain text" in text
+    assert html.escape(details[:200]) in text or details[:200] in text
+    body = {"items": [{"id": "INV-1", "action": "approve"}, {"id": "INV-2", "action": "approve"}]}
+    confirmed = signed_in.post(url(hold, "/decision"), {"decision": json.dumps(body), "fingerprint": hold.fingerprint})
+    assert confirmed.status_code == 303
+    assert Hold.objects.get(pk=hold.pk).status == "decided"
+
+
+def test_details_are_rendered_once_at_the_ask_and_stored_sanitised(signed_in, cap, monkeypatch):
+    run, hold = factories.held_hold(cap, factories.ask_body(details="**edit** it <script>x</script>"))
+    assert hold.details_html.startswith("<p><strong>edit</strong> it &lt;script&gt;")
+    monkeypatch.setattr("holds.markup.to_html", lambda text: pytest.fail("markdown ran on a page view"))
+    assert "<strong>edit</strong>" in signed_in.get(url(hold)).content.decode()

@@ -8,7 +8,7 @@ from datetime import timedelta
 from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
 
-from .. import prepared
+from .. import markup, prepared
 from ..auth import invocation_for_token, sha256_hex, token_invocation_id
 from ..errors import Conflict, Invalid
 from ..ids import FILE, HOLD, RUN, parse_public_id, public_id
@@ -94,7 +94,9 @@ def read_ask(body, run: Run | None) -> tuple:
 def new_hold(ask, items: list[dict], *, invocation_id: str) -> tuple[Hold, AuditEvent]:
     """The hold and its audit event, without what comes from the run (filled in as they are written)."""
     confidences = [v for item in items for v in item["confidence"].values()]
+    rendered = markup.render_all([ask.details])
     hold = Hold(
+        details_html=rendered[0] if rendered else None,
         invocation_id=invocation_id,
         intent=ask.intent,
         actions=list(ask.actions),

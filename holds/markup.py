@@ -1,0 +1,197 @@
+"""Agent markdown -> sanitised HTML, rendered once when a hold is asked, under a time and size budget.
+
+Python-Markdown takes quadratic time on some inputs (runs of `[`: 12 KB took 21.8 s) and recurses
+on deep nesting (about 300 list levels raise RecursionError), so agent text is never rendered on a
+page view. At the ask, text that is short and has few brackets renders in process (the common case,
+no cost added to the ask); anything else renders in a child process (`python -m holds.markup`) that
+is killed at the time budget. Past the budget, or over the size budget, nothing is stored and the
+page shows the text escaped, as plain text, with a note. This module imports no Django, so the child
+starts fast.
+"""
+
+import subprocess
+import sys
+import threading
+import unicodedata
+import xml.etree.ElementTree as etree
+from functools import lru_cache
+
+import bleach
+import markdown
+from bleach.linkifier import LinkifyFilter
+from markdown.treeprocessors import Treeprocessor
+
+# The whole ask's markdown (the hold's details and every item's) is rendered under these budgets.
+MAX_BYTES = 256 * 1024
+MAX_SECONDS = 2.0
+# In process only below these: the known slow inputs need long runs of brackets or deep nesting.
+IN_PROCESS_CHARS = 4096
+IN_PROCESS_BRACKETS = 64
+
+# --- hidden characters ----------------------------------------------------------------------------
+
+# Layout characters that a reader expects to see as layout; every other control or format
+# character (zero-width, bidi overrides, BOM, soft hyphen, tag characters...) is made visible.
+LAYOUT = {"\n", "\t"}
+# Named in SECURITY terms by the spec; all of them are Cf anyway, listed so the rule reads plainly.
+ALWAYS_HIDDEN = set("\u200b\u200c\u200d\u2060\ufeff\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069")
+
+
+def is_hidden(ch: str) -> bool:
+    if ch in LAYOUT:
+        return False
+    if ch in ALWAYS_HIDDEN:
+        return True
+    # Cc control, Cf format, Zl/Zp line and paragraph separators, Co private use, Cn unassigned.
+    return unicodedata.category(ch) in ("Cc", "Cf", "Zl", "Zp", "Co", "Cn")
+
+
+def mark_of(ch: str) -> str:
+    return f"⟦U+{ord(ch):04X}⟧"
+
+
+def reveal(text: str) -> str:
+    """Plain text with every hidden character spelled out (for places that cannot hold markup)."""
+    return "".join(mark_of(ch) if is_hidden(ch) else ch for ch in text)
+
+
+# --- markdown ------------------------------------------------------------------------------------
+
+ALLOWED_TAGS = {
+    "p",
+    "br",
+    "hr",
+    "strong",
+    "em",
+    "b",
+    "i",
+    "code",
+    "pre",
+    "blockquote",
+    "ul",
+    "ol",
+    "li",
+    "a",
+    "span",
+    "table",
+    "thead",
+    "tbody",
+    "tr",
+    "th",
+    "td",
+    "del",
+}
+ALLOWED_ATTRIBUTES = {"a": ["href", "title", "rel"], "span": ["class"], "p": ["class"]}
+ALLOWED_CLASSES = {"md-heading", "md-image"}
+ALLOWED_PROTOCOLS = ["http", "https", "mailto"]
+LINK_REL = "noopener noreferrer nofollow"
+
+
+class _Defang(Treeprocessor):
+    """Agent headings do not join the page outline, and no image loads from anywhere."""
+
+    def run(self, root):
+        for parent in root.iter():
+            for index, child in enumerate(list(parent)):
+                if child.tag in ("h1", "h2", "h3", "h4", "h5", "h6"):
+                    child.tag = "p"
+                    child.attrib.clear()
+                    child.set("class", "md-heading")
+                elif child.tag == "img":
+                    alt, src = child.get("alt", ""), child.get("src", "")
+                    span = etree.Element("span")
+                    span.set("class", "md-image")
+                    span.text = f"[image: {alt}] {src}".strip() if alt else f"[image] {src}".strip()
+                    span.tail = child.tail
+                    parent.remove(child)
+                    parent.insert(index, span)
+
+
+class _DefangExtension(markdown.Extension):
+    def extendMarkdown(self, md):  # noqa: N802 (the library's name)
+        # No raw HTML: "<b>" in agent text is text, escaped by the serializer like any other.
+        md.preprocessors.deregister("html_block")
+        md.inlinePatterns.deregister("html")
+        md.treeprocessors.register(_Defang(md), "rq_defang", 0)
+
+
+def _set_rel(attrs, new=False):
+    href_key = (None, "href")
+    if href_key not in attrs:
+        return attrs
+    attrs[(None, "rel")] = LINK_REL
+    return attrs
+
+
+def _allow_attribute(tag: str, name: str, value: str) -> bool:
+    if name == "class":
+        return value in ALLOWED_CLASSES
+    return name in ALLOWED_ATTRIBUTES.get(tag, [])
+
+
+@lru_cache(maxsize=1)
+def _cleaner() -> bleach.Cleaner:
+    return bleach.Cleaner(
+        tags=ALLOWED_TAGS,
+        attributes=_allow_attribute,
+        protocols=ALLOWED_PROTOCOLS,
+        strip=False,
+        strip_comments=True,
+        filters=[lambda source: LinkifyFilter(source, callbacks=[_set_rel], skip_tags={"pre", "code"})],
+    )
+
+
+_local = threading.local()
+
+
+def _markdown() -> markdown.Markdown:
+    # One converter per thread, reset for each text: building one loads every extension again.
+    if not hasattr(_local, "md"):
+        _local.md = markdown.Markdown(extensions=["fenced_code", "tables", "sane_lists", _DefangExtension()])
+    return _local.md.reset()
+
+
+@lru_cache(maxsize=512)
+def to_html(text: str) -> str:
+    """Agent markdown -> HTML that is safe to put in a page: the one sanitiser of agent text.
+
+    Markdown runs with raw HTML turned into text, then bleach keeps only an allowlist of tags and
+    attributes (no style, no event handlers, no hx-*), links only to http/https/mailto with a
+    rel that leaks nothing, and images become their alt text and URL as plain text. Cached: an agent
+    asks with the same details text again and again.
+    """
+    if not text:
+        return ""
+    return _cleaner().clean(_markdown().convert(reveal(text)))
+
+
+def _in_process(texts: list[str]) -> bool:
+    return all(len(t) <= IN_PROCESS_CHARS and t.count("[") <= IN_PROCESS_BRACKETS for t in texts)
+
+
+def render_all(texts: list[str], *, seconds: float = MAX_SECONDS) -> list[str] | None:
+    """Each text's sanitised HTML, or None when the texts together are over the size or time budget."""
+    if sum(len(t.encode()) for t in texts) > MAX_BYTES:
+        return None
+    if _in_process(texts):
+        try:
+            return [to_html(t) for t in texts]
+        except RecursionError:
+            return None
+    payload = "\0".join(texts).encode()
+    try:
+        done = subprocess.run(
+            [sys.executable, "-m", "holds.markup"], input=payload, capture_output=True, timeout=seconds, check=True
+        )
+    except (subprocess.TimeoutExpired, subprocess.CalledProcessError):
+        return None
+    return done.stdout.decode().split("\0")
+
+
+def _main() -> None:
+    texts = sys.stdin.buffer.read().decode().split("\0")
+    sys.stdout.write("\0".join(to_html(t) for t in texts))
+
+
+if __name__ == "__main__":
+    _main()
