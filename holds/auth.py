@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from django.conf import settings
 
 from . import rows
-from .models import Capability, Invocation, Role, Run, ServiceAccount
+from .models import Capability, Hold, Invocation, Role, Run, RunFile, ServiceAccount
 
 TOKEN_PREFIX = "tok_"
 KEY_PREFIX = "rqk_"
@@ -213,3 +213,14 @@ def may_decide(actor: Actor, capability: Capability, run: Run) -> bool:
 
 def may_view(actor: Actor) -> bool:
     return actor.kind in ("user", "account") and actor.role is not None
+
+
+def may_see_file(actor: Actor, run_file: RunFile) -> bool:
+    """A file goes to its run's token, and to those who may see a hold that lists it (SPEC): a file
+    that no hold lists stays between the agent and its run."""
+    if actor.kind == "run":
+        return run_file.run_id == actor.run.pk
+    if not may_view(actor):
+        return False
+    listed = Hold.objects.filter(run_id=run_file.run_id).values_list("files", flat=True)
+    return any(run_file.public_id in (files or []) for files in listed)
