@@ -10,9 +10,6 @@ from tests import factories
 
 pytestmark = pytest.mark.django_db
 MIB = 1024 * 1024
-# parse_json looks for "\x00" in json.dumps(value), but json.dumps writes NUL as the escape "\u0000",
-# so the check never fires. Needs fix in holds/schemas.py parse_json: test the decoded strings
-# themselves (walk keys and values for "\x00"), not their JSON text.
 
 
 @pytest.fixture
