@@ -61,7 +61,7 @@ def prepare(db: str, holds: int) -> float:
 def db_env(db: str) -> dict:
     return {
         "DATABASE_URL": f"postgres://postgres@127.0.0.1:5432/{db}",
-        "SECRET_KEY": "bench-secret-key-not-for-production-0123456789",
+        "SECRET_KEY": "bench-secret-key-not-for-production-0123456789abcdef",
         "ALLOWED_HOSTS": "127.0.0.1,localhost",
         "SECURE_SSL_REDIRECT": "0",
         "SESSION_COOKIE_SECURE": "0",

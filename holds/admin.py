@@ -1,9 +1,18 @@
-"""Django admin for every model. Status changes go through services.py, so holds, runs and
-invocations are read-only here, and the audit log can be neither changed nor deleted."""
+"""Django admin for every model, read-only. Every change goes through services.py, which audits it:
+holds, runs and invocations change by their own rules, people, service accounts, capabilities and
+approvers on the team page, and the audit log never. No lookup may touch a secret field, so
+`?secret__regex=^a` cannot read a signing secret out of a changelist one character at a time."""
 
 from django.contrib import admin
+from django.contrib.auth import get_user_model
+from django.contrib.auth.admin import UserAdmin
+from django.db.models.constants import LOOKUP_SEP
 
 from . import models
+
+# Fields whose value, or anything derived from it, is never shown: signing secrets, hashes of keys,
+# tokens and passwords.
+SECRET_FIELDS = {"secret", "key_hash", "token_hash", "password"}
 
 
 class ReadOnlyAdmin(admin.ModelAdmin):
@@ -16,22 +25,27 @@ class ReadOnlyAdmin(admin.ModelAdmin):
     def has_delete_permission(self, request, obj=None):
         return False
 
+    def lookup_allowed(self, lookup, value, request):
+        if SECRET_FIELDS.intersection(lookup.split(LOOKUP_SEP)):
+            return False  # the changelist answers 400
+        return super().lookup_allowed(lookup, value, request)
+
 
 @admin.register(models.Capability)
-class CapabilityAdmin(admin.ModelAdmin):
+class CapabilityAdmin(ReadOnlyAdmin):
     list_display = ("name", "endpoint", "version", "approvers", "endpoint_disabled_at")
     exclude = ("secret",)
 
 
 @admin.register(models.Membership)
-class MembershipAdmin(admin.ModelAdmin):
+class MembershipAdmin(ReadOnlyAdmin):
     list_display = ("user", "role")
 
 
 @admin.register(models.ServiceAccount)
-class ServiceAccountAdmin(admin.ModelAdmin):
+class ServiceAccountAdmin(ReadOnlyAdmin):
     list_display = ("name", "role", "key_prefix", "revoked_at", "created_at")
-    readonly_fields = ("key_hash", "key_prefix")
+    exclude = ("key_hash",)
 
 
 @admin.register(models.Run)
@@ -83,3 +97,13 @@ class RunFileAdmin(ReadOnlyAdmin):
 @admin.register(models.RunState)
 class RunStateAdmin(ReadOnlyAdmin):
     list_display = ("run", "key", "updated_at")
+
+
+# People change on the team page (role, active, password), where each change is audited; a superuser
+# flag set here would make an admin with no audit event.
+class PersonAdmin(ReadOnlyAdmin, UserAdmin):
+    pass
+
+
+admin.site.unregister(get_user_model())
+admin.site.register(get_user_model(), PersonAdmin)

@@ -7,7 +7,7 @@ Checks run in SPEC's order: 401, 413, 400, 404, 403, 409, 422. Every error is
 import functools
 import hashlib
 
-from django.core.files.base import ContentFile
+from django.core.files.uploadedfile import TemporaryUploadedFile
 from django.http import FileResponse, HttpResponse, JsonResponse
 from django.middleware.csrf import CsrfViewMiddleware
 from django.views.decorators.csrf import csrf_exempt
@@ -20,12 +20,13 @@ from .auth import (
     actor_for_invocation,
     actor_for_user,
     invocation_for_token,
+    may_see_file,
     may_view,
     token_invocation_id,
 )
 from .errors import BadJson, Forbidden, Invalid, NotFound, ServiceError, TooLarge, Unauthorized
 from .ids import FILE, HOLD, RUN, parse_public_id
-from .models import Hold, Invocation, Run, RunFile, RunState
+from .models import Hold, Run, RunFile, RunState
 from .schemas import MAX_ASK_BYTES, MAX_FILE_BYTES, MAX_STATE_BYTES, parse_json, validate_start
 
 MAX_DECISION_BYTES = MAX_ASK_BYTES
@@ -113,6 +114,37 @@ def read_json(request, limit: int):
         return parse_json(raw)
     except (ValueError, UnicodeDecodeError) as exc:
         raise BadJson(f"the body is not valid JSON: {exc}") from None
+
+
+STREAM_CHUNK = 64 * 1024
+
+
+def stream_body(request, limit: int, into=None) -> tuple[int, str]:
+    """Reads the raw body in chunks into `into` (None: read and dropped), refused with 413 past
+    `limit` bytes; returns its size and sha256. Unlike request.body, it never holds the body whole,
+    so it is not bound by DATA_UPLOAD_MAX_MEMORY_SIZE."""
+    length = request.META.get("CONTENT_LENGTH")
+    if length:
+        try:
+            declared = int(length)
+        except ValueError:
+            raise BadJson("Content-Length is not a number") from None
+        if declared > limit:
+            raise TooLarge(f"the body is over {limit} bytes")
+        stream = request  # Django stops reading at Content-Length
+    elif "chunked" in request.META.get("HTTP_TRANSFER_ENCODING", "").lower():
+        stream = request.META["wsgi.input"]
+    else:
+        stream = request
+    digest, size = hashlib.sha256(), 0
+    while chunk := stream.read(min(STREAM_CHUNK, limit + 1 - size)):
+        size += len(chunk)
+        if size > limit:
+            raise TooLarge(f"the body is over {limit} bytes")
+        digest.update(chunk)
+        if into is not None:
+            into.write(chunk)
+    return size, digest.hexdigest()
 
 
 def viewer_only(actor: Actor) -> None:
@@ -244,8 +276,9 @@ def run_state(request, run_id: str, key: str):
     if request.method == "PUT":
         raw = read_body(request, MAX_STATE_BYTES)
     run = get_run(actor, run_id)
-    if actor.kind != "run" and request.method != "GET":
-        raise Forbidden("only the run's own token writes its state")
+    # State may hold what the agent keeps from people (a session, a draft): its token and admins read it.
+    if actor.kind != "run" and (request.method != "GET" or not actor.is_admin):
+        raise Forbidden("a run's state is read by its own token and by admins, and written only by its token")
     if len(key) > MAX_STATE_KEY:
         raise Invalid([{"field": "key", "message": f"at most {MAX_STATE_KEY} characters"}])
     if request.method == "GET":
@@ -270,28 +303,30 @@ def run_state(request, run_id: str, key: str):
 
 @endpoint("POST")
 def files(request):
+    """An upload streams to a temporary file (never whole into memory), measured and hashed on the way."""
     actor = caller(request)
     if actor.kind != "run":
+        stream_body(request, MAX_FILE_BYTES)  # a body over the limit is 413 before this 403 (SPEC's order)
         raise Forbidden("files are uploaded by a run, with its token")
-    raw = read_body(request, MAX_FILE_BYTES)
     name = (request.headers.get("x-filename") or "").strip()
     content_type = (request.headers.get("content-type") or "application/octet-stream").split(";")[0].strip()
     errors = []
     if not name or len(name) > 255 or "/" in name or "\\" in name or "\x00" in name:
         errors.append({"field": "x-filename", "message": "a file name of 1-255 characters without slashes"})
-    if not raw:
-        errors.append({"field": "body", "message": "the file is empty"})
-    if errors:
-        raise Invalid(errors)
-    run_file = services.run_file_add(
-        run=actor.run,
-        name=name,
-        content_type=content_type,
-        content=ContentFile(raw),
-        size=len(raw),
-        sha256=hashlib.sha256(raw).hexdigest(),
-        actor=actor,
-    )
+    upload = TemporaryUploadedFile(name="upload", content_type=content_type, size=0, charset=None)
+    try:
+        size, sha256 = stream_body(request, MAX_FILE_BYTES, into=None if errors else upload)
+        if not size:
+            errors.append({"field": "body", "message": "the file is empty"})
+        if errors:
+            raise Invalid(errors)
+        upload.size = size
+        upload.seek(0)
+        run_file = services.run_file_add(
+            run=actor.run, name=name, content_type=content_type, content=upload, size=size, sha256=sha256, actor=actor
+        )
+    finally:
+        upload.close()  # deletes the temporary file unless storage moved it into place
     return JsonResponse(serializers.file_brief(run_file), status=201)
 
 
@@ -300,10 +335,9 @@ def file_download(request, file_id: str):
     actor = caller(request)
     pk = parse_public_id(file_id, FILE)
     run_file = RunFile.objects.filter(pk=pk).first() if pk else None
-    if run_file is None or (actor.kind == "run" and run_file.run_id != actor.run.pk):
+    # One answer for "no such file" and "not yours", so file ids tell nothing to those who may not see them.
+    if run_file is None or not may_see_file(actor, run_file):
         raise NotFound(f"file {file_id} does not exist")
-    if actor.kind != "run":
-        viewer_only(actor)
     return serve_file(run_file)
 
 
@@ -331,7 +365,7 @@ def serve_file(run_file: RunFile) -> FileResponse:
 @endpoint("POST")
 def invocation_retry(request, invocation_id: str):
     actor = caller(request)
-    if not Invocation.objects.filter(pk=invocation_id).exists():
-        raise NotFound(f"invocation {invocation_id} does not exist")
+    # No lookup here: the service refuses non-admins before it looks, so an id's existence is told
+    # only to those who may retry it.
     invocation = services.invocation_retry(invocation_id=invocation_id, actor=actor)
     return JsonResponse({"invocation_id": invocation.id, "status": invocation.status})

@@ -17,7 +17,7 @@ from django.db.models import BooleanField
 from django.db.models.expressions import RawSQL
 
 from . import rows
-from .models import Capability, Hold, Invocation, Role, Run, ServiceAccount
+from .models import Capability, Hold, Invocation, Role, Run, RunFile, ServiceAccount
 
 TOKEN_PREFIX = "tok_"
 KEY_PREFIX = "rqk_"
@@ -239,3 +239,14 @@ def may_decide(actor: Actor, hold: Hold) -> bool:
 
 def may_view(actor: Actor) -> bool:
     return actor.kind in ("user", "account") and actor.role is not None
+
+
+def may_see_file(actor: Actor, run_file: RunFile) -> bool:
+    """A file goes to its run's token, and to those who may see a hold that lists it (SPEC): a file
+    that no hold lists stays between the agent and its run."""
+    if actor.kind == "run":
+        return run_file.run_id == actor.run.pk
+    if not may_view(actor):
+        return False
+    listed = Hold.objects.filter(run_id=run_file.run_id).values_list("files", flat=True)
+    return any(run_file.public_id in (files or []) for files in listed)

@@ -7,6 +7,9 @@ Two separate guards, both answering 429 with Retry-After on the sign-in page its
 - django-axes counts failures per username and address and locks that pair out for a cool-off
   (AXES_FAILURE_LIMIT, AXES_COOLOFF_TIME); while locked, even the right password is refused.
 
+/admin/login/ redirects here, so the admin's form, which would check passwords without the rate
+limit, is never served: every sign-in goes through this one view.
+
 Django's login() rotates the session key (no fixation), and LogoutView flushes the session.
 """
 
@@ -17,6 +20,7 @@ from django.contrib.auth import views as auth_views
 from django.contrib.auth.forms import AuthenticationForm
 from django.forms.utils import ErrorDict
 from django.shortcuts import render
+from django.views.generic import RedirectView
 
 from . import ratelimit
 
@@ -50,6 +54,10 @@ def login(request):
     if response.status_code != 302:  # the form came back: a failed sign-in from this address
         ratelimit.hit("login", address)
     return response
+
+
+# /admin/login/ (reviewqueue/urls.py): the same door, with the admin's `next` kept.
+admin_login = RedirectView.as_view(pattern_name="login", query_string=True)
 
 
 def locked_out(request, original_response=None, credentials=None):

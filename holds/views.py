@@ -20,7 +20,7 @@ from django_htmx.http import reswap, retarget
 
 from . import queries, ratelimit, rendering, services
 from .api import serve_file
-from .auth import Actor, actor_for_user, approves, may_decide, may_view
+from .auth import Actor, actor_for_user, approves, may_decide, may_see_file, may_view
 from .errors import Conflict, Forbidden, Invalid, NotFound, RateLimited
 from .forms import ACTION_LABELS, DecisionForm, ItemForm, parse_confirmed
 from .ids import FILE, HOLD, parse_public_id
@@ -315,9 +315,10 @@ def history(request):
 @require_GET
 @login_required
 def file_download(request, file_id: str):
-    _viewer(request)
+    actor = actor_for_user(request.user)
     pk = parse_public_id(file_id, FILE)
     run_file = RunFile.objects.filter(pk=pk).first() if pk else None
-    if run_file is None:
+    # The same 404 for "no such file" and "not yours" (api.file_download).
+    if run_file is None or not may_see_file(actor, run_file):
         raise Http404(f"file {file_id} does not exist")
     return serve_file(run_file)

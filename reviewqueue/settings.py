@@ -54,6 +54,12 @@ if not SECRET_KEY:
     if not DEBUG:
         raise ImproperlyConfigured("SECRET_KEY is required unless DEBUG=1")
     SECRET_KEY = "dev-only-insecure-key-do-not-use-in-production"
+# Run tokens are MACs under a key derived from it (holds/auth.py): as long as Django's own deploy check asks.
+if not DEBUG and (len(SECRET_KEY) < 50 or len(set(SECRET_KEY)) < 5):
+    raise ImproperlyConfigured(
+        f"SECRET_KEY must be at least 50 characters, 5 of them different, unless DEBUG=1;"
+        f" it has {len(SECRET_KEY)}, {len(set(SECRET_KEY))} different"
+    )
 
 ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", ["127.0.0.1", "localhost"] if DEBUG else [])
 RQ_PUBLIC_URL = env_str("RQ_PUBLIC_URL", "http://127.0.0.1:8000").rstrip("/")
@@ -88,7 +94,8 @@ RQ_METRICS_TOKEN = env_str("RQ_METRICS_TOKEN", "")
 RQ_HEALTH_TIMEOUT = float(env_int("RQ_HEALTH_TIMEOUT", 2))  # seconds per /healthz check
 RQ_ROLLUP_INTERVAL = env_int("RQ_ROLLUP_INTERVAL", 60)  # sealing hours and 5-minute buckets for /ops, /metrics
 # Notifications: the sender, the webhook timeout, retries with exponential backoff, reminders.
-RQ_NOTIFY_FROM = env_str("RQ_NOTIFY_FROM", "Review Queue <review-queue@localhost>")
+DEFAULT_FROM_EMAIL = env_str("DEFAULT_FROM_EMAIL", "Review Queue <review-queue@localhost>")
+RQ_NOTIFY_FROM = env_str("RQ_NOTIFY_FROM", DEFAULT_FROM_EMAIL)
 RQ_WEBHOOK_TIMEOUT = float(env_int("RQ_WEBHOOK_TIMEOUT", 10))
 RQ_NOTIFY_RETRIES = env_int("RQ_NOTIFY_RETRIES", 6)
 RQ_NOTIFY_BACKOFF = env_int("RQ_NOTIFY_BACKOFF", 30)
@@ -228,7 +235,24 @@ STORAGES = {
 DATA_UPLOAD_MAX_MEMORY_SIZE = 2 * 1024 * 1024
 FILE_UPLOAD_MAX_MEMORY_SIZE = 2 * 1024 * 1024
 
-MAILERS = {"default": {"BACKEND": env_str("EMAIL_BACKEND", "django.core.mail.backends.console.EmailBackend")}}
+# Mail: SMTP configured from the environment in production; the console (mail printed to the log)
+# is the default only with DEBUG. Another backend (EMAIL_BACKEND) takes no SMTP options.
+SMTP_BACKEND = "django.core.mail.backends.smtp.EmailBackend"
+MAILERS = {
+    "default": {
+        "BACKEND": env_str("EMAIL_BACKEND", "django.core.mail.backends.console.EmailBackend" if DEBUG else SMTP_BACKEND)
+    }
+}
+if MAILERS["default"]["BACKEND"] == SMTP_BACKEND:
+    MAILERS["default"]["OPTIONS"] = {
+        "host": env_str("EMAIL_HOST", "localhost"),
+        "port": env_int("EMAIL_PORT", 0) or None,  # None: 587 with TLS, else 25
+        "username": env_str("EMAIL_HOST_USER", ""),
+        "password": env_str("EMAIL_HOST_PASSWORD", ""),
+        "use_tls": env_bool("EMAIL_USE_TLS", False),
+        # A mail server that never answers must not hold a worker thread for ever.
+        "timeout": env_int("EMAIL_TIMEOUT", 10),
+    }
 
 # Security: safe by default, relaxed only for local DEBUG.
 SESSION_COOKIE_SECURE = env_bool("SESSION_COOKIE_SECURE", not DEBUG)

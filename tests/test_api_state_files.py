@@ -1,6 +1,7 @@
 """Run state and files: a token reaches only its own run."""
 
 import hashlib
+import io
 
 import pytest
 
@@ -8,6 +9,7 @@ from holds.models import RunFile
 from tests import factories
 
 pytestmark = pytest.mark.django_db
+MIB = 1024 * 1024
 
 
 @pytest.fixture
@@ -67,19 +69,71 @@ def test_it_uploads_a_file_with_its_sha256(client, two_runs):
 
 def test_it_refuses_files_over_25_mib_and_bad_names(client, two_runs):
     (run, token), _ = two_runs
-    assert upload(client, token, content=b"x" * (25 * 1024 * 1024 + 1)).status_code == 413
+    assert upload(client, token, content=b"x" * (25 * MIB + 1)).status_code == 413
     assert upload(client, token, name="../etc/passwd").status_code == 422
     assert upload(client, token, name="").status_code == 422
     assert not RunFile.objects.exists()
 
 
-def test_files_are_served_to_their_run_and_to_reviewers_only(api, client, two_runs, member_key):
+def test_it_takes_files_up_to_25_mib_streamed_past_the_2_mib_form_limit(client, two_runs, settings):
+    """request.body refuses past DATA_UPLOAD_MAX_MEMORY_SIZE (2 MiB): uploads from there to 25 MiB were 500."""
+    (run, token), _ = two_runs
+    assert settings.DATA_UPLOAD_MAX_MEMORY_SIZE == 2 * MIB
+    for size in (2 * MIB + 1, 25 * MIB):
+        content = bytes(range(256)) * (size // 256) + b"z" * (size % 256)
+        response = upload(client, token, content=content, name=f"scan-{size}.bin")
+        assert response.status_code == 201, response.content
+        assert response.json()["size"] == size
+        stored = RunFile.objects.get(pk=int(response.json()["file_id"][2:]))
+        assert stored.sha256 == hashlib.sha256(content).hexdigest() and stored.size == size
+        with stored.file.open("rb") as f:
+            assert f.read() == content
+    too_big = upload(client, token, content=b"x" * (25 * MIB + 1))
+    assert too_big.status_code == 413 and too_big.json()["error"] == "too_large"
+    assert RunFile.objects.count() == 2
+
+
+def test_it_measures_a_chunked_upload_as_it_streams(client, two_runs):
+    (run, token), _ = two_runs
+    headers = {"x-agentos-run-token": token, "x-filename": "big.bin"}
+
+    def chunked(raw: bytes):
+        meta = {"wsgi.input": io.BytesIO(raw), "HTTP_TRANSFER_ENCODING": "chunked", "CONTENT_LENGTH": ""}
+        return client.generic("POST", "/v0/files", data=b"", content_type="application/pdf", headers=headers, **meta)
+
+    assert chunked(b"y" * (3 * MIB)).status_code == 201
+    assert chunked(b"y" * (25 * MIB + 1)).status_code == 413
+    assert RunFile.objects.get().size == 3 * MIB
+
+
+def test_an_upload_keeps_specs_order_413_before_403(client, two_runs, member_key):
+    (run, token), _ = two_runs
+    big = client.post(
+        "/v0/files",
+        data=b"x" * (25 * MIB + 1),
+        content_type="application/pdf",
+        headers={"authorization": f"Bearer {member_key}", "x-filename": "a.pdf"},
+    )
+    assert big.status_code == 413
+    small = client.post(
+        "/v0/files",
+        data=b"x",
+        content_type="application/pdf",
+        headers={"authorization": f"Bearer {member_key}", "x-filename": "a.pdf"},
+    )
+    assert small.status_code == 403
+    assert not RunFile.objects.exists()
+
+
+def test_files_are_served_to_their_run_and_to_reviewers_of_a_hold_that_lists_them(api, client, two_runs, member_key):
     (a, token_a), (b, token_b) = two_runs
     file_id = upload(client, token_b).json()["file_id"]
     assert api.get(f"/v0/files/{file_id}", token=token_a).status_code == 404
     own = api.get(f"/v0/files/{file_id}", token=token_b)
     assert own.status_code == 200 and b"".join(own.streaming_content) == b"%PDF-1.4 hello"
     assert own["X-Content-Type-Options"] == "nosniff"
+    assert api.get(f"/v0/files/{file_id}", key=member_key).status_code == 404  # on no hold yet
+    assert api.post("/v0/holds", factories.ask_body(files=[file_id]), token=token_b).status_code == 201
     assert api.get(f"/v0/files/{file_id}", key=member_key).status_code == 200
 
 
@@ -88,6 +142,7 @@ def test_unsafe_types_download_as_attachments(api, client, two_runs, member_key)
     file_id = upload(
         client, token, content=b"<svg onload=alert(1)>", name="x.svg", content_type="image/svg+xml"
     ).json()["file_id"]
+    assert api.post("/v0/holds", factories.ask_body(files=[file_id]), token=token).status_code == 201
     response = api.get(f"/v0/files/{file_id}", key=member_key)
     assert response["Content-Type"] == "application/octet-stream"
     assert response["Content-Disposition"].startswith("attachment")

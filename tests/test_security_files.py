@@ -42,6 +42,11 @@ def add_file(run, content_type: str, name="f.bin", content=SVG) -> RunFile:
     )
 
 
+def shown(run, *file_ids: str) -> None:
+    """The run asks a hold listing these files: reviewers may fetch a file that a hold lists (SPEC)."""
+    services.hold_ask(invocation=run.invocations.get(), body=factories.ask_body(files=list(file_ids)))
+
+
 @pytest.fixture
 def run_with_token(cap):
     run = factories.start_run(cap)
@@ -64,6 +69,7 @@ def routes(run_file, token):
 def test_it_opens_only_safe_images_and_pdf_inline_with_nosniff(api, reviewer, run_with_token, content_type):
     run, token = run_with_token
     run_file = add_file(run, content_type, name="scan.bin")
+    shown(run, run_file.public_id)
     for response in (
         api.get(f"/v0/files/{run_file.public_id}", token=token),
         reviewer.get(f"/files/{run_file.public_id}"),
@@ -79,6 +85,7 @@ def test_it_opens_only_safe_images_and_pdf_inline_with_nosniff(api, reviewer, ru
 def test_it_downloads_everything_else_as_an_attachment_under_a_sandbox(api, reviewer, run_with_token, content_type):
     run, token = run_with_token
     run_file = add_file(run, content_type, name="page.svg")
+    shown(run, run_file.public_id)
     for response in (
         api.get(f"/v0/files/{run_file.public_id}", token=token),
         reviewer.get(f"/files/{run_file.public_id}"),
@@ -100,10 +107,11 @@ def test_the_type_comes_from_our_record_never_from_the_request(api, reviewer, cl
         content_type="image/png",
         headers={"x-agentos-run-token": token, "x-filename": "x.html"},
     ).json()
+    svg = add_file(run, "image/svg+xml", name="x.png")  # a .png name does not make an SVG inline
+    shown(run, uploaded["file_id"], svg.public_id)
     asks = {"HTTP_ACCEPT": "text/html", "QUERY_STRING": "content_type=text/html&format=html"}
     response = reviewer.get(f"/files/{uploaded['file_id']}", **asks)
     assert response["Content-Type"] == "image/png" and response["X-Content-Type-Options"] == "nosniff"
-    svg = add_file(run, "image/svg+xml", name="x.png")  # a .png name does not make an SVG inline
     response = reviewer.get(f"/files/{svg.public_id}", HTTP_ACCEPT="image/png")
     assert response["Content-Type"] == "application/octet-stream"
     assert response["Content-Disposition"].startswith("attachment;")
@@ -150,5 +158,6 @@ def test_it_answers_404_for_unknown_and_malformed_file_ids(api, reviewer, member
 def test_it_never_puts_a_bidi_control_into_a_download_name(reviewer, run_with_token):
     run, _ = run_with_token
     run_file = add_file(run, "application/octet-stream", name="invoice\u202egpj.exe")
+    shown(run, run_file.public_id)
     disposition = reviewer.get(f"/files/{run_file.public_id}")["Content-Disposition"]
     assert "%E2%80%AE" not in disposition.upper() and "\u202e" not in disposition

@@ -214,3 +214,140 @@ def test_the_ask_endpoint_answers_any_json_with_201_or_422_never_500(api, cap, b
     assert response.status_code in (201, 422), response.content
     if response.status_code == 422:
         assert response.json()["error"] == "invalid" and response.json()["errors"]
+
+
+# --- NUL through the address: every route, every path parameter, every query parameter ----------
+
+# PostgreSQL refuses NUL in text, so a NUL that reaches a query is a 500. These came from the review.
+NUL_REQUESTS = [
+    ("GET", "/v0/runs/{run}/state/a%00b"),
+    ("PUT", "/v0/runs/{run}/state/a%00b"),
+    ("DELETE", "/v0/runs/{run}/state/a%00b"),
+    ("POST", "/v0/invocations/inv_%00/retry"),
+    ("GET", "/v0/holds?cursor=a%00b"),
+    ("GET", "/v0/holds?capability=a%00b"),
+    ("GET", "/?q=a%00b"),
+    ("GET", "/history?q=a%00b"),
+    ("GET", "/audit?actor=%00"),
+    ("GET", "/audit?kind=a%00"),
+    ("GET", "/audit.csv?actor=%00"),
+    ("POST", "/ops/invocations/inv_%00/retry"),
+]
+# Every query parameter a page or the API reads.
+QUERY_NAMES = ["q", "capability", "after", "seen", "status", "cursor", "actor", "kind", "run", "hold", "before", "%00"]
+
+
+def routes() -> list[str]:
+    """Every route of the URLconf, its converters still in place (`runs/<str:run_id>/fail`)."""
+    from django.urls import URLPattern, URLResolver, get_resolver
+
+    found = []
+
+    def walk(patterns, prefix):
+        for entry in patterns:
+            if isinstance(entry, URLResolver):
+                walk(entry.url_patterns, prefix + str(entry.pattern))
+            elif isinstance(entry, URLPattern) and not str(entry.pattern).startswith("^"):
+                found.append(prefix + str(entry.pattern))
+
+    walk(get_resolver().url_patterns, "/")
+    return [r for r in found if not r.startswith("/admin/") and not r.startswith("/bench/")]
+
+
+@pytest.fixture
+def nul_world(cap, admin_user, settings):
+    settings.RQ_RATE_ASK = settings.RQ_RATE_DECISION = settings.RQ_RATE_LOGIN = "off"
+    _, hold = factories.held_hold(cap)
+    run = factories.start_run(cap)
+    invocation, token = factories.deliver_now(run)
+    _, key = factories.account("nul-admin", role="admin")
+    filled = {"hold_id": hold.public_id, "run_id": run.public_id, "invocation_id": invocation.id, "key": "k"}
+    return {"token": token, "key": key, "user": admin_user, "run": run.public_id, "filled": filled}
+
+
+def callers(world) -> list:
+    from django.test import Client
+
+    session = Client(raise_request_exception=False)
+    session.force_login(world["user"])
+    plain = Client(raise_request_exception=False)
+    return [
+        (session, {}),
+        (plain, {"x-agentos-run-token": world["token"]}),
+        (plain, {"authorization": f"Bearer {world['key']}"}),
+        (plain, {}),
+    ]
+
+
+def assert_refused_with_4xx(response, method, url):
+    assert 400 <= response.status_code < 500, (method, url, response.status_code)
+    if url.startswith("/v0/"):
+        assert response["Content-Type"].startswith("application/json"), (method, url)
+        assert response.json()["error"] and response.json()["message"], (method, url)
+
+
+@pytest.mark.django_db
+def test_it_answers_nul_in_the_reviewed_addresses_with_4xx(nul_world):
+    for method, url in NUL_REQUESTS:
+        url = url.format(run=nul_world["run"])
+        for client, headers in callers(nul_world):
+            assert_refused_with_4xx(client.generic(method, url, headers=headers), method, url)
+
+
+@pytest.mark.django_db  # the first 500 fails the test at once, so no later request runs in a broken transaction
+def test_it_answers_nul_in_any_path_parameter_or_query_parameter_of_any_route_with_4xx(nul_world):
+    """A small fuzz run over the URLconf: each route with NUL in all its path parameters, and with its
+    parameters filled in and NUL in each query parameter, by every kind of caller (GET and POST for
+    the path; GET for the query, so that no write runs with the parameters filled in)."""
+    import re
+
+    converter = re.compile(r"<(?:(\w+):)?(\w+)>")
+    everyone = callers(nul_world)
+    sent = 0
+    for route in routes():
+        nul_path = converter.sub(lambda m: "1" if m.group(1) == "int" else "a%00b", route)
+        good_path = converter.sub(
+            lambda m: "1" if m.group(1) == "int" else nul_world["filled"].get(m.group(2), "x"), route
+        )
+        cases = (
+            [(nul_path, method, caller) for method in ("GET", "POST") for caller in everyone]
+            if "%00" in nul_path  # a route of integers only has no text to put a NUL in
+            else []
+        )
+        cases += [(f"{good_path}?{name}=a%00b", "GET", caller) for name in QUERY_NAMES for caller in everyone[:3]]
+        for url, method, (client, headers) in cases:
+            response = client.generic(method, url, headers=headers)
+            assert response.status_code < 500, (method, url, list(headers), response.status_code)
+            if "%00" in url.partition("?")[0] or url.endswith("?%00=a%00b"):
+                assert_refused_with_4xx(response, method, url)
+            sent += 1
+    assert sent > 600, sent
+
+
+@pytest.mark.django_db
+def test_it_answers_nul_in_a_header_or_a_cookie_with_400(nul_world, client):
+    url = f"/v0/runs/{nul_world['run']}"
+    key = {"authorization": f"Bearer {nul_world['key']}"}
+    response = client.post(
+        "/v0/runs",
+        data='{"capability": "pay_invoices", "input": {}}',
+        content_type="application/json",
+        headers={**key, "idempotency-key": "a\x00b"},
+    )
+    assert response.status_code == 400 and response.json()["error"] == "bad_request"
+    # Django unquotes "\\000" in a quoted cookie into NUL; as a session key it would reach the database.
+    client.cookies["sessionid"] = "abcdefgh\x00ijkl"
+    assert client.get(url, headers=key).status_code == 400
+    assert client.get("/").status_code == 400
+
+
+@pytest.mark.django_db
+def test_it_answers_401_before_404_when_a_nul_comes_without_credentials(nul_world, client):
+    for url in (f"/v0/runs/{nul_world['run']}/state/a%00b", "/v0/holds?cursor=%00"):
+        response = client.get(url)
+        assert response.status_code == 401 and response.json()["error"] == "unauthorized"
+    response = client.get("/v0/holds?cursor=%00&status=a%00", headers={"authorization": f"Bearer {nul_world['key']}"})
+    assert response.status_code == 422
+    assert {e["field"] for e in response.json()["errors"]} == {"cursor", "status"}
+    response = client.get("/v0/holds/h_%00", headers={"x-agentos-run-token": nul_world["token"]})
+    assert response.status_code == 404 and response.json()["error"] == "not_found"

@@ -163,7 +163,6 @@ PRODUCTION = {
     "RQ_PUBLIC_URL": "https://rq.example.com",
     "CSRF_TRUSTED_ORIGINS": "https://rq.example.com",
     "RQ_BEHIND_PROXY": "1",
-    "EMAIL_BACKEND": "django.core.mail.backends.smtp.EmailBackend",
     "DATABASE_URL": "postgres://rq@127.0.0.1:5432/rq_prod",
 }
 
@@ -193,3 +192,112 @@ def test_it_fails_check_deploy_when_a_safeguard_is_turned_off():
     assert result.returncode != 0
     for code in ("security.W004", "security.W008", "security.W012"):
         assert code in result.stderr + result.stdout, code
+
+
+def test_it_sends_production_mail_over_smtp_by_default_so_check_deploy_has_no_mail_e001():
+    """The default mail backend was the console, which Django's deploy check calls mail.E001."""
+    result = check_deploy()
+    assert "mail.E001" not in result.stdout + result.stderr
+    assert result.returncode == 0, result.stdout + result.stderr
+    console = check_deploy(EMAIL_BACKEND="django.core.mail.backends.console.EmailBackend")
+    assert "mail.E001" in console.stdout + console.stderr  # the check can fail
+
+
+def settings_under(**env) -> subprocess.CompletedProcess:
+    """Loads the settings in a process of their own, with production's environment and `env`."""
+    base = {k: v for k, v in os.environ.items() if k not in RELAXED and not k.startswith("PYTEST")}
+    script = (
+        "from django.conf import settings; from django.core import mail; m = mail.mailers.default; "
+        "print(settings.MAILERS['default']['BACKEND'], getattr(m, 'host', '-'), getattr(m, 'port', '-'), "
+        "getattr(m, 'username', '-'), getattr(m, 'use_tls', '-'), getattr(m, 'timeout', '-'), "
+        "settings.DEFAULT_FROM_EMAIL, settings.RQ_NOTIFY_FROM)"
+    )
+    return subprocess.run(
+        [sys.executable, "-c", f"import django; django.setup(); {script}"],
+        cwd=ROOT,
+        env={**base, **PRODUCTION, "DJANGO_SETTINGS_MODULE": "reviewqueue.settings", **env},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def test_it_configures_smtp_from_the_environment_and_the_console_only_with_debug():
+    smtp = settings_under(
+        EMAIL_HOST="smtp.example.com",
+        EMAIL_PORT="2525",
+        EMAIL_HOST_USER="rq",
+        EMAIL_HOST_PASSWORD="pw",
+        EMAIL_USE_TLS="1",
+        DEFAULT_FROM_EMAIL="rq@example.com",
+    )
+    assert smtp.returncode == 0, smtp.stderr
+    assert smtp.stdout.split()[-8:] == [
+        "django.core.mail.backends.smtp.EmailBackend",
+        "smtp.example.com",
+        "2525",
+        "rq",
+        "True",
+        "10",
+        "rq@example.com",
+        "rq@example.com",
+    ]
+    debug = settings_under(DEBUG="1")
+    assert debug.returncode == 0, debug.stderr
+    assert debug.stdout.split()[0] == "django.core.mail.backends.console.EmailBackend"
+
+
+@pytest.mark.parametrize("key", ["short", "x" * 49, "ab" * 30])
+def test_it_refuses_to_start_in_production_with_a_short_or_plain_secret_key(key):
+    """Run tokens are MACs under a key derived from SECRET_KEY; any length was accepted."""
+    result = settings_under(SECRET_KEY=key)
+    assert result.returncode != 0
+    assert "ImproperlyConfigured: SECRET_KEY must be at least 50 characters" in result.stderr, result.stderr
+
+
+def test_it_accepts_a_short_secret_key_only_with_debug():
+    assert settings_under(SECRET_KEY="short", DEBUG="1").returncode == 0
+    assert settings_under(SECRET_KEY="k3y-" + "Zp8#" * 12).returncode == 0  # 52 characters
+
+
+# --- Cache-Control on private answers -------------------------------------------------------------
+
+
+@pytest.mark.django_db
+def test_it_marks_every_signed_in_page_private_and_not_to_be_stored(pages):
+    for name, response in pages:
+        if name == "login":
+            continue
+        assert response["Cache-Control"] == "private, no-store", name
+
+
+@pytest.mark.django_db
+def test_it_marks_file_downloads_and_api_answers_private_and_not_to_be_stored(client, cap, member, member_key):
+    from django.core.files.base import ContentFile
+
+    from holds import services
+
+    run = factories.start_run(cap)
+    invocation, token = factories.deliver_now(run)
+    run_file = services.run_file_add(
+        run=run,
+        name="a.pdf",
+        content_type="application/pdf",
+        content=ContentFile(b"%PDF-1.4"),
+        size=8,
+        sha256="0" * 64,
+        actor=factories.SYSTEM,
+    )
+    hold = services.hold_ask(invocation=invocation, body=factories.ask_body(files=[run_file.public_id]))
+    key = {"authorization": f"Bearer {member_key}"}
+    answers = [
+        client.get(f"/v0/files/{run_file.public_id}", headers={"x-agentos-run-token": token}),
+        client.get(f"/v0/files/{run_file.public_id}", headers=key),
+        client.get(f"/v0/holds/{hold.public_id}", headers=key),
+        client.get(f"/v0/runs/{run.public_id}", headers=key),
+    ]
+    client.force_login(member)
+    answers += [client.get(f"/files/{run_file.public_id}"), client.get(f"/v0/files/{run_file.public_id}")]
+    for response in answers:
+        assert response.status_code == 200
+        assert response["Cache-Control"] == "private, no-store", response.request["PATH_INFO"]

@@ -120,3 +120,25 @@ def test_it_refuses_sign_out_by_get(client, member):
     sign_in(client, "mona", PASSWORD)
     assert client.get("/logout/").status_code == 405
     assert client.get("/").status_code == 200
+
+
+def test_the_admin_sign_in_goes_through_the_same_limited_door(client, db, settings):
+    """/admin/login/ checked passwords itself, without RQ_RATE_LOGIN; now it sends people to /login/."""
+    root = factories.person("root", role="admin")
+    root.is_superuser = True
+    root.save()
+    settings.RQ_RATE_LOGIN = "3/m"
+    door = client.get("/admin/login/?next=/admin/")
+    assert door.status_code == 302 and door["Location"] == "/login/?next=/admin/"
+    # A password sent to the admin's address is never checked there, right or wrong.
+    for password in ("wrong", "wrong", "wrong", "wrong", PASSWORD):
+        response = client.post("/admin/login/?next=/admin/", {"username": "root", "password": password})
+        assert response.status_code == 302 and response["Location"].startswith("/login/")
+        assert "_auth_user_id" not in client.session
+    for _ in range(3):
+        assert sign_in(client, "root", "wrong").status_code == 200
+    assert sign_in(client, "root", PASSWORD).status_code == 429  # the address spent its budget
+    fresh = Client(REMOTE_ADDR="10.4.4.4")
+    signed_in = sign_in(fresh, "root", PASSWORD, QUERY_STRING="next=/admin/")
+    assert signed_in.status_code == 302 and signed_in["Location"] == "/admin/"
+    assert fresh.get("/admin/").status_code == 200
