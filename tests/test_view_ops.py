@@ -7,6 +7,7 @@ import json
 import logging
 
 import pytest
+from django.db import connection
 from django.utils import timezone
 
 from holds import logging as rq_logging
@@ -237,6 +238,79 @@ def test_it_reads_the_sealed_sums_again_after_each_seal_and_as_the_windows_move(
     last = rollup.recent(first + 24 * rollup.HOUR + rollup.BUCKET + dt.timedelta(seconds=1))
     assert ("decided", "") not in last["day"] and last["week"][("decided", "")] == 5
     assert rollup.recent(first + 24 * rollup.HOUR)["day"][("decided", "")] == 5
+
+
+def decision_at(at):
+    """A decision's audit event dated `at`, as the write path wrote it then (the model dates events now)."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"INSERT INTO {AuditEvent._meta.db_table} (at, actor, kind, invocation_id_ref, data)"
+            " VALUES (%s, 'robot', 'hold.decided', '', '{}')",
+            [at],
+        )
+
+
+def lagging(now):
+    """Decisions 30 hours ago (sealed), 5 hours ago (unsealed, past the live limit) and 2 minutes ago
+    (live): beat sealed up to a day ago and stopped."""
+    for ago in (dt.timedelta(hours=30), dt.timedelta(hours=5), dt.timedelta(minutes=2)):
+        decision_at(now - ago)
+    assert rollup.rollup(now=now - dt.timedelta(hours=24)) >= 1
+
+
+def test_it_says_how_far_behind_the_rollup_is_and_counts_only_the_last_minutes_live(client, admin_user):
+    now = timezone.now()
+    lagging(now)
+    client.force_login(admin_user)
+    response = client.get("/ops")
+    behind = response.context["behind"]
+    assert behind["since"] == rollup.sealed_until() <= now - dt.timedelta(hours=24)
+    assert behind["left_from"] == behind["since"] and behind["left_until"] >= now - rollup.LIVE_LIMIT
+    page = response.content.decode()
+    assert 'class="banner banner-warn ops-behind"' in page and "The rollup is 1d 0h behind" in page
+    assert "the last 10 minutes are counted live" in page
+    # The decision 5 hours ago lies in the unsealed span that the page leaves out; the others count.
+    assert (response.context["week"]["decided"], response.context["day"]["decided"]) == (2, 1)
+    # Once beat has caught up, everything counts again and the note is gone.
+    rollup.rollup()
+    response = client.get("/ops")
+    assert response.context["behind"] is None and "ops-behind" not in response.content.decode()
+    assert (response.context["week"]["decided"], response.context["day"]["decided"]) == (3, 2)
+
+
+def test_it_says_so_when_the_rollup_never_ran(client, admin_user):
+    now = timezone.now()
+    decision_at(now - dt.timedelta(hours=5))
+    decision_at(now - dt.timedelta(minutes=2))
+    client.force_login(admin_user)
+    response = client.get("/ops")
+    assert response.context["behind"]["since"] == now - dt.timedelta(hours=5)
+    assert "The rollup is 5h 00m behind" in response.content.decode()
+    assert response.context["day"]["decided"] == 1
+
+
+def test_it_shows_no_lag_note_while_beat_keeps_up(client, admin_user, robot):
+    _, hold = factories.held_hold(factories.capability())
+    decide(hold, robot)
+    client.force_login(admin_user)
+    assert client.get("/ops").context["behind"] is None  # nothing sealed yet, all of it recent
+    rollup.rollup()
+    response = client.get("/ops")
+    assert response.context["behind"] is None and response.context["day"]["decided"] == 1
+
+
+def test_its_query_count_stays_the_same_when_the_rollup_lags(
+    client, admin_user, settings, robot, django_assert_num_queries
+):
+    some_data(settings, robot, n=3)
+    lagging(timezone.now())
+    for _ in range(20):  # more unsealed history: still the same queries
+        decision_at(timezone.now() - dt.timedelta(hours=3))
+    client.force_login(admin_user)
+    client.get("/ops")  # the session is warm, and so are the sealed sums
+    with django_assert_num_queries(12):
+        response = client.get("/ops")
+    assert response.context["behind"] is not None
 
 
 # --- structured logs ------------------------------------------------------------------------------
