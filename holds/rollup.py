@@ -236,7 +236,7 @@ def recent(now: datetime) -> dict:
     day, week = dict(sealed_day), dict(sealed_week)
     hours: dict = defaultdict(dict, {hour: dict(counts) for hour, counts in sealed_hours.items()})
     unsealed_since = start or first  # None: nothing was ever written to seal
-    tail_start = max(week_since, now - LIVE_LIMIT, *([start] if start else []))
+    tail_start = max(start, now - LIVE_LIMIT) if start else now - LIVE_LIMIT
     for hour, counts in _tally(_events(tail_start)).items():
         if hour >= day_since:
             _merge(day, counts)
