@@ -41,7 +41,8 @@ def ask_body(n):
 def make_tokens(count):
     """Live run tokens: one run started and claimed as a worker would, the others copies of it, which
     are the same rows written in a few statements instead of a dozen round trips each."""
-    from holds import seeding, services
+    from bench import seeding
+    from holds import services
     from holds.auth import SYSTEM, run_token_for
     from holds.models import Invocation
 

@@ -40,7 +40,7 @@ def held_holds(capabilities):
     instead of a dozen round trips each). Copies publish nothing: the factory's holds also queued a
     delivery of their start invocation (answered already: a no-op) and an "asked" notification
     (none configured), which the workers met ahead of the resumes."""
-    from holds import seeding
+    from bench import seeding
     from holds.models import Hold
     from tests import factories
 
@@ -195,7 +195,7 @@ def main():
         def floor_burst():
             # Invocation rows due for sending: a started run's, and copies of it. The start publishes no
             # message, the copies none either: the floor task is what sends them.
-            from holds import seeding
+            from bench import seeding
 
             with unpublished():
                 run = factories.start_run(cap)

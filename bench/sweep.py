@@ -103,7 +103,8 @@ def main():
     setup_django(fresh=not reuse)
     from django.db import connection
 
-    from holds import seeding, services
+    from bench import seeding
+    from holds import services
     from holds.models import Hold
 
     start = time.monotonic()

@@ -19,6 +19,7 @@ from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.core import mail
 from django.db.models import F, Q
+from django.template.loader import render_to_string
 from django.urls import reverse
 from django.utils import timezone
 
@@ -93,31 +94,21 @@ def approver_emails(hold: Hold) -> list[str]:
 
 
 def email_message(hold: Hold, kind: str, to: str) -> mail.EmailMessage:
-    capability = hold.capability.name
-    intent = one_line(hold.intent, 500)
-    if kind == Notification.Kind.REMINDER:
-        subject = f"Reminder, under an hour left: {one_line(hold.intent, 120)}"
-        opening = "A hold you may decide expires in less than an hour."
-    else:
-        subject = f"Review needed: {one_line(hold.intent, 120)}"
-        opening = "An agent is waiting for a decision."
-    expires = f"{hold.expires_at:%Y-%m-%d %H:%M} UTC" if hold.expires_at else "never"
-    body = "\n".join(
-        [
-            opening,
-            "",
-            f"Intent:     {intent}",
-            f"Capability: {capability}",
-            f"Hold:       {hold.public_id} ({hold.item_count} item{'s' if hold.item_count != 1 else ''})",
-            f"Expires:    {expires}",
-            "",
-            f"Open it: {hold_url(hold)}",
-            "",
-            "Sign in to see the items. Opening the link decides nothing.",
-            "",
-            "-- Review Queue",
-        ]
+    reminder = kind == Notification.Kind.REMINDER
+    lead = "Reminder, under an hour left" if reminder else "Review needed"
+    body = render_to_string(
+        "holds/email/hold.txt",
+        {
+            "reminder": reminder,
+            "intent": one_line(hold.intent, 500),
+            "capability": hold.capability.name,
+            "hold_id": hold.public_id,
+            "item_count": hold.item_count,
+            "expires_at": hold.expires_at,
+            "url": hold_url(hold),
+        },
     )
+    subject = f"{lead}: {one_line(hold.intent, 120)}"
     return mail.EmailMessage(subject=subject, body=body, from_email=settings.RQ_NOTIFY_FROM, to=[to])
 
 

@@ -1,12 +1,12 @@
 """Celery tasks of notifications, reminders and the ops rollup. Thin: they call notifications.py and
-ops.py. holds/tasks.py imports this module so that workers register them."""
+rollup.py. holds/tasks.py imports this module so that workers register them."""
 
 import logging
 
 from celery import shared_task
 from django.conf import settings
 
-from . import notifications, ops
+from . import notifications, rollup
 from .models import Notification
 
 log = logging.getLogger(__name__)
@@ -66,9 +66,9 @@ def remind_due(now=None) -> int:
 
 @shared_task(ignore_result=True)
 def ops_rollup() -> int:
-    return ops.rollup()
+    return rollup.rollup()
 
 
 @shared_task(ignore_result=True)
 def fold_pending() -> int:
-    return ops.fold_pending()
+    return rollup.fold_pending()

@@ -2,7 +2,7 @@
 
 from django.urls import path
 
-from . import audit_views, ops, team
+from . import audit_views, health, metrics, ops_views, team
 
 urlpatterns = [
     path("team", team.team, name="team"),
@@ -17,10 +17,10 @@ urlpatterns = [
     path("team/password-set", team.password_set, name="team-password-set"),
     path("audit", audit_views.audit, name="audit"),
     path("audit.csv", audit_views.audit_csv, name="audit-csv"),
-    path("ops", ops.ops_page, name="ops"),
-    path("ops/fragment", ops.ops_fragment, name="ops-fragment"),
-    path("ops/invocations/<str:invocation_id>/retry", ops.ops_retry, name="ops-retry"),
-    path("ops/capabilities/<int:capability_id>/enable", ops.ops_enable, name="ops-enable"),
-    path("metrics", ops.metrics, name="metrics"),
-    path("healthz", ops.healthz, name="healthz"),
+    path("ops", ops_views.ops_page, name="ops"),
+    path("ops/fragment", ops_views.ops_fragment, name="ops-fragment"),
+    path("ops/invocations/<str:invocation_id>/retry", ops_views.ops_retry, name="ops-retry"),
+    path("ops/capabilities/<int:capability_id>/enable", ops_views.ops_enable, name="ops-enable"),
+    path("metrics", metrics.metrics, name="metrics"),
+    path("healthz", health.healthz, name="healthz"),
 ]

@@ -5,7 +5,7 @@ import time
 import pytest
 from django.db import OperationalError
 
-from holds import ops
+from holds import health
 
 pytestmark = pytest.mark.django_db
 
@@ -38,7 +38,7 @@ def test_it_answers_503_when_the_database_fails(client, monkeypatch):
     def broken():
         raise OperationalError("could not connect to server")
 
-    monkeypatch.setattr(ops, "_database", broken)
+    monkeypatch.setattr(health, "_database", broken)
     response = client.get("/healthz")
     assert response.status_code == 503
     assert response.json()["checks"]["database"] == {

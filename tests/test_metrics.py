@@ -6,7 +6,7 @@ import pytest
 from django.utils import timezone
 from prometheus_client.parser import text_string_to_metric_families
 
-from holds import ops, services
+from holds import rollup, services
 from holds.auth import actor_for_account
 from holds.models import Hold, Invocation
 from tests import factories
@@ -117,29 +117,29 @@ def test_it_reads_the_same_numbers_once_the_hours_are_sealed(client, token, sett
     scripted_day(settings)
     before = scrape(client)
     # Three hours on, every event is in a sealed hour: totals now come from OpsTotal alone.
-    assert ops.rollup(now=timezone.now() + dt.timedelta(hours=3)) >= 2
-    assert ops.sealed_until() > timezone.now()
+    assert rollup.rollup(now=timezone.now() + dt.timedelta(hours=3)) >= 2
+    assert rollup.sealed_until() > timezone.now()
     after = scrape(client)
     assert_scripted_values(after)
     for key, number in before.items():
         if key[0] != "rq_oldest_pending_seconds":
             assert after[key] == number, key
     # Sealing twice changes nothing: each hour is sealed once.
-    assert ops.rollup(now=timezone.now() + dt.timedelta(hours=3)) == 0
+    assert rollup.rollup(now=timezone.now() + dt.timedelta(hours=3)) == 0
     assert scrape(client)[("rq_holds_asked_total", ())] == 5
 
 
 def test_it_seals_the_current_hour_in_five_minute_buckets_so_the_live_tail_stays_short(client, token, settings):
     scripted_day(settings)
     now = timezone.now()
-    before, recent_before = scrape(client), ops.recent(now)
+    before, recent_before = scrape(client), rollup.recent(now)
     later = timezone.now() + dt.timedelta(minutes=7)
-    assert ops.rollup(now=later) >= 1
+    assert rollup.rollup(now=later) >= 1
     # Sealed up to a 5-minute boundary at least a minute back: no event is left in the live tail.
-    until = ops.sealed_until()
+    until = rollup.sealed_until()
     assert until.minute % 5 == 0 and until.second == 0 and later - dt.timedelta(minutes=6) <= until <= later
-    assert not ops._events(until).exists()
-    after, recent_after = scrape(client), ops.recent(now)
+    assert not rollup._events(until).exists()
+    after, recent_after = scrape(client), rollup.recent(now)
     for key, number in before.items():
         if key[0] != "rq_oldest_pending_seconds":
             assert after[key] == number, key

@@ -85,6 +85,20 @@ def test_it_emails_approvers_the_intent_capability_and_link_and_no_item_data(peo
         assert secret not in whole, secret
 
 
+def test_its_email_body_is_plain_text_that_says_when_the_hold_expires(people):
+    cap = factories.capability()
+    hold = leaky_hold(cap, intent='Pay "Acme" <b>now</b> & later', expires_in=3 * 3600)
+    asked = notifications.email_message(hold, "asked", "mona@example.com").body
+    reminder = notifications.email_message(hold, "reminder", "mona@example.com").body
+    # The template writes text: an intent with quotes and angle brackets is not HTML-escaped.
+    assert 'Intent:     Pay "Acme" <b>now</b> & later' in asked and "&quot;" not in asked and "&lt;" not in asked
+    assert f"Expires:    {hold.expires_at:%Y-%m-%d %H:%M} UTC" in asked
+    assert asked.startswith("An agent is waiting for a decision.")
+    assert reminder.startswith("A hold you may decide expires in less than an hour.")
+    forever = factories.held_hold(cap, {k: v for k, v in factories.ask_body().items() if k != "expires_in"})[1]
+    assert "Expires:    never" in notifications.email_message(forever, "asked", "mona@example.com").body
+
+
 def test_it_emails_only_admins_when_only_admins_approve(people):
     cap = factories.capability(approvers=["admin"])
     hold = leaky_hold(cap)

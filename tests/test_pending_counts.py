@@ -9,7 +9,8 @@ from django.db import connections
 from django.db.models import Count, Sum
 from django.utils import timezone
 
-from holds import ops, seeding, services
+from bench import seeding
+from holds import rollup, services
 from holds.auth import actor_for_account
 from holds.errors import Conflict
 from holds.models import Hold, PendingCount
@@ -23,7 +24,7 @@ APPROVE = {"items": [{"id": "INV-1", "action": "approve"}, {"id": "INV-2", "acti
 
 def counted() -> dict:
     """What the ops page shows: capability id -> pending."""
-    return {pk: row["n"] for pk, row in ops.state()["pending"].items() if row["n"]}
+    return {pk: row["n"] for pk, row in rollup.state()["pending"].items() if row["n"]}
 
 
 def truth() -> dict:
@@ -45,11 +46,11 @@ def test_the_counters_follow_every_way_into_and_out_of_pending(db):
     assert counted() == truth()
     assert sum(counted().values()) == Hold.objects.filter(status="pending").count()
 
-    assert ops.fold_pending() > 0
+    assert rollup.fold_pending() > 0
     assert counted() == truth()
     # One row per capability after a fold, and a second fold has nothing to do.
     assert PendingCount.objects.count() == len(truth())
-    assert ops.fold_pending() == 0
+    assert rollup.fold_pending() == 0
 
 
 def test_a_refused_ask_counts_nothing(db):
@@ -66,10 +67,10 @@ def test_the_oldest_pending_hold_is_read_per_capability(db):
     pay = factories.capability("pay")
     first, second = factories.held_hold(pay)[1], factories.held_hold(pay)[1]
     Hold.objects.filter(pk=first.pk).update(created_at=timezone.now() - dt.timedelta(hours=5))
-    assert ops.state()["pending"][pay.pk]["oldest"] == Hold.objects.get(pk=first.pk).created_at
+    assert rollup.state()["pending"][pay.pk]["oldest"] == Hold.objects.get(pk=first.pk).created_at
     admin = actor_for_account(factories.account("ops", role="admin")[0])
     services.hold_decide(hold_id=first.pk, actor=admin, body=APPROVE)
-    assert ops.state()["pending"][pay.pk]["oldest"] == Hold.objects.get(pk=second.pk).created_at
+    assert rollup.state()["pending"][pay.pk]["oldest"] == Hold.objects.get(pk=second.pk).created_at
 
 
 @pytest.mark.django_db(transaction=True)
@@ -85,7 +86,7 @@ def test_folds_racing_each_other_and_the_writers_lose_no_delta(db):
     def folder():
         folds = 0
         while not stop.is_set():
-            folds += ops.fold_pending() > 0
+            folds += rollup.fold_pending() > 0
         connections.close_all()
         return folds
 

@@ -11,7 +11,8 @@ import pytest
 from django.db import connections, transaction
 from django.utils import timezone
 
-from holds import seeding, services
+from bench import seeding
+from holds import services
 from holds.auth import actor_for_account
 from holds.errors import Conflict
 from holds.models import Hold, Invocation

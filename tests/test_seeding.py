@@ -5,7 +5,7 @@ stands in for the per-row checks those threads skip."""
 import pytest
 from django.db import IntegrityError, connection
 
-from holds import seeding
+from bench import seeding
 from holds.models import AuditEvent, Hold, HoldItem, Invocation, Run, milliseconds, new_invocation_id
 
 

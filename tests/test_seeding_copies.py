@@ -8,7 +8,8 @@ import re
 import pytest
 from django.apps import apps
 
-from holds import seeding, services
+from bench import seeding
+from holds import services
 from holds.auth import actor_for_account, invocation_for_token, run_token_for, run_token_hash
 from holds.models import AuditEvent, DeliveryAttempt, Hold, HoldItem, Invocation, Run
 from tests import factories

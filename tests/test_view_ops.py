@@ -7,10 +7,11 @@ import json
 import logging
 
 import pytest
+from django.db import connection
 from django.utils import timezone
 
 from holds import logging as rq_logging
-from holds import ops, services
+from holds import ops_views, rollup, services
 from holds.auth import actor_for_account
 from holds.models import AuditEvent, Capability, Hold, Invocation, OpsHour
 from tests import factories
@@ -158,10 +159,10 @@ def test_it_shows_time_to_decision_percentiles(client, admin_user, robot):
 
 def test_it_interpolates_percentiles_inside_a_bucket():
     counts = {"60": 2, "300": 2}
-    assert ops.percentile(counts, 0.5) == 60
-    assert ops.percentile(counts, 1.0) == 300
-    assert ops.percentile({}, 0.5) is None
-    assert ops.percentile({"+Inf": 1}, 0.5) == 604800
+    assert rollup.percentile(counts, 0.5) == 60
+    assert rollup.percentile(counts, 1.0) == 300
+    assert rollup.percentile({}, 0.5) is None
+    assert rollup.percentile({"+Inf": 1}, 0.5) == 604800
 
 
 def test_it_charts_48_hours_with_sealed_and_live_hours(admin_user, robot):
@@ -169,7 +170,7 @@ def test_it_charts_48_hours_with_sealed_and_live_hours(admin_user, robot):
     _, hold = factories.held_hold(cap)
     decide(hold, robot)
     now = timezone.now()
-    chart = ops.chart(ops.recent(now)["hours"], now)
+    chart = ops_views.chart(rollup.recent(now)["hours"], now)
     assert len(chart["bars"]) == 48 and chart["bars"][-1].decided == 1 and chart["total_decided"] == 1
     assert chart["bars"][-1].h_decided > 0
 
@@ -177,12 +178,12 @@ def test_it_charts_48_hours_with_sealed_and_live_hours(admin_user, robot):
 @pytest.mark.parametrize("hour", [18, 17, 13, 12])
 def test_every_hour_label_fits_inside_the_chart(hour):
     # 18:00 in the last slot, centred under its bar, was cut off at the right edge.
-    chart = ops.chart({}, dt.datetime(2026, 12, 4, hour, 30, tzinfo=dt.UTC))
+    chart = ops_views.chart({}, dt.datetime(2026, 12, 4, hour, 30, tzinfo=dt.UTC))
     assert [t["label"] for t in chart["ticks"]][-1] == f"{hour // 6 * 6:02d}:00"
     for tick in chart["ticks"]:
         left, right = {
-            "middle": (tick["x"] - ops.TICK_HALF_WIDTH, tick["x"] + ops.TICK_HALF_WIDTH),
-            "end": (tick["x"] - 2 * ops.TICK_HALF_WIDTH, tick["x"]),
+            "middle": (tick["x"] - ops_views.TICK_HALF_WIDTH, tick["x"] + ops_views.TICK_HALF_WIDTH),
+            "end": (tick["x"] - 2 * ops_views.TICK_HALF_WIDTH, tick["x"]),
         }[tick["anchor"]]
         assert 0 <= left and right <= chart["width"], tick
     assert chart["ticks"][0]["anchor"] == "middle"
@@ -191,10 +192,10 @@ def test_every_hour_label_fits_inside_the_chart(hour):
 def test_its_windows_and_chart_read_the_same_once_whole_hours_are_sealed(settings, robot):
     some_data(settings, robot, n=3)
     now = timezone.now()
-    live = ops.recent(now)
+    live = rollup.recent(now)
     assert live["day"][("decided", "")] == 3 and live["week"][("expired", "")] == 3
-    assert ops.rollup(now=now + dt.timedelta(hours=2)) >= 1 and not ops._events(ops.sealed_until()).exists()
-    sealed = ops.recent(now)
+    assert rollup.rollup(now=now + dt.timedelta(hours=2)) >= 1 and not rollup._events(rollup.sealed_until()).exists()
+    sealed = rollup.recent(now)
     assert sealed["day"] == live["day"] and sealed["week"] == live["week"]
     assert {h: c for h, c in sealed["hours"].items() if c} == {h: c for h, c in live["hours"].items() if c}
 
@@ -208,7 +209,7 @@ def test_it_keeps_its_query_count_fixed_whatever_the_data_size(
     with django_assert_num_queries(12):
         assert client.get("/ops").status_code == 200
     some_data(settings, robot, n=12)
-    ops.rollup(now=timezone.now() + dt.timedelta(hours=2))  # some hours sealed, some live
+    rollup.rollup(now=timezone.now() + dt.timedelta(hours=2))  # some hours sealed, some live
     factories.held_hold(factories.capability("ship_orders"))  # one more capability, same queries
     with django_assert_num_queries(14):  # a new seal: its sums are read once
         client.get("/ops")
@@ -218,25 +219,98 @@ def test_it_keeps_its_query_count_fixed_whatever_the_data_size(
 
 
 def test_it_reads_the_sealed_sums_again_after_each_seal_and_as_the_windows_move():
-    def seal(start, decided):  # what ops._seal writes: the watermark row and the counts
-        OpsHour.objects.create(hour=start, metric="sealed", label="", value=ops.BUCKET.total_seconds())
+    def seal(start, decided):  # what rollup._seal writes: the watermark row and the counts
+        OpsHour.objects.create(hour=start, metric="sealed", label="", value=rollup.BUCKET.total_seconds())
         OpsHour.objects.create(hour=start, metric="decided", label="", value=decided)
 
     now = timezone.now()
-    first = ops.floor_hour(now) - ops.HOUR
+    first = rollup.floor_hour(now) - rollup.HOUR
     seal(first, 2)
-    assert ops.recent(now)["day"][("decided", "")] == 2
-    seal(first + ops.BUCKET, 3)
-    assert ops.recent(now)["day"][("decided", "")] == 5
+    assert rollup.recent(now)["day"][("decided", "")] == 2
+    seal(first + rollup.BUCKET, 3)
+    assert rollup.recent(now)["day"][("decided", "")] == 5
     # The remembered sums are copied out, never merged into: the same call reads the same.
-    assert ops.recent(now)["day"][("decided", "")] == 5
+    assert rollup.recent(now)["day"][("decided", "")] == 5
     # A day later the first bucket has left the day window but not the week's.
-    later = ops.recent(first + 24 * ops.HOUR + dt.timedelta(seconds=1))
+    later = rollup.recent(first + 24 * rollup.HOUR + dt.timedelta(seconds=1))
     assert later["day"][("decided", "")] == 3 and later["week"][("decided", "")] == 5
     # Five minutes on, in the same hour (the same chart), the second bucket has left it too.
-    last = ops.recent(first + 24 * ops.HOUR + ops.BUCKET + dt.timedelta(seconds=1))
+    last = rollup.recent(first + 24 * rollup.HOUR + rollup.BUCKET + dt.timedelta(seconds=1))
     assert ("decided", "") not in last["day"] and last["week"][("decided", "")] == 5
-    assert ops.recent(first + 24 * ops.HOUR)["day"][("decided", "")] == 5
+    assert rollup.recent(first + 24 * rollup.HOUR)["day"][("decided", "")] == 5
+
+
+def decision_at(at):
+    """A decision's audit event dated `at`, as the write path wrote it then (the model dates events now)."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"INSERT INTO {AuditEvent._meta.db_table} (at, actor, kind, invocation_id_ref, data)"
+            " VALUES (%s, 'robot', 'hold.decided', '', '{}')",
+            [at],
+        )
+
+
+def lagging(now):
+    """Decisions 30 hours ago (sealed), 5 hours ago (unsealed, past the live limit) and 2 minutes ago
+    (live): beat sealed up to a day ago and stopped."""
+    for ago in (dt.timedelta(hours=30), dt.timedelta(hours=5), dt.timedelta(minutes=2)):
+        decision_at(now - ago)
+    assert rollup.rollup(now=now - dt.timedelta(hours=24)) >= 1
+
+
+def test_it_says_how_far_behind_the_rollup_is_and_counts_only_the_last_minutes_live(client, admin_user):
+    now = timezone.now()
+    lagging(now)
+    client.force_login(admin_user)
+    response = client.get("/ops")
+    behind = response.context["behind"]
+    assert behind["since"] == rollup.sealed_until() <= now - dt.timedelta(hours=24)
+    assert behind["left_from"] == behind["since"] and behind["left_until"] >= now - rollup.LIVE_LIMIT
+    page = response.content.decode()
+    assert 'class="banner banner-warn ops-behind"' in page and "The rollup is 1d 0h behind" in page
+    assert "the last 10 minutes are counted live" in page
+    # The decision 5 hours ago lies in the unsealed span that the page leaves out; the others count.
+    assert (response.context["week"]["decided"], response.context["day"]["decided"]) == (2, 1)
+    # Once beat has caught up, everything counts again and the note is gone.
+    rollup.rollup()
+    response = client.get("/ops")
+    assert response.context["behind"] is None and "ops-behind" not in response.content.decode()
+    assert (response.context["week"]["decided"], response.context["day"]["decided"]) == (3, 2)
+
+
+def test_it_says_so_when_the_rollup_never_ran(client, admin_user):
+    now = timezone.now()
+    decision_at(now - dt.timedelta(hours=5))
+    decision_at(now - dt.timedelta(minutes=2))
+    client.force_login(admin_user)
+    response = client.get("/ops")
+    assert response.context["behind"]["since"] == now - dt.timedelta(hours=5)
+    assert "The rollup is 5h 00m behind" in response.content.decode()
+    assert response.context["day"]["decided"] == 1
+
+
+def test_it_shows_no_lag_note_while_beat_keeps_up(client, admin_user, robot):
+    _, hold = factories.held_hold(factories.capability())
+    decide(hold, robot)
+    client.force_login(admin_user)
+    assert client.get("/ops").context["behind"] is None  # nothing sealed yet, all of it recent
+    rollup.rollup()
+    response = client.get("/ops")
+    assert response.context["behind"] is None and response.context["day"]["decided"] == 1
+
+
+def test_its_query_count_stays_the_same_when_the_rollup_lags(
+    client, admin_user, settings, robot, django_assert_num_queries
+):
+    some_data(settings, robot, n=3)
+    lagging(timezone.now())
+    for _ in range(20):  # more unsealed history: still the same queries
+        decision_at(timezone.now() - dt.timedelta(hours=3))
+    client.force_login(admin_user)
+    client.get("/ops")  # the session is warm, and so are the sealed sums
+    with django_assert_num_queries(12):
+        response = client.get("/ops")
+    assert response.context["behind"] is not None
 
 
 # --- structured logs ------------------------------------------------------------------------------

@@ -6,7 +6,8 @@ import pytest
 from django.db import connection
 from django.utils import timezone
 
-from holds import ops, seeding, services
+from bench import seeding
+from holds import rollup, services
 from holds.auth import TOKEN_QUERY
 from holds.models import Invocation
 from holds.services import asks, delivery
@@ -61,12 +62,12 @@ def test_an_ask_finds_its_token_by_primary_key_in_its_own_statement(seeded):
 
 
 def test_the_ops_page_finds_each_oldest_pending_hold_by_index(seeded):
-    text = plan(ops.capabilities_with_oldest())
+    text = plan(rollup.capabilities_with_oldest())
     assert "hold_pending_age" in text and "Seq Scan on holds_hold" not in text, text
 
 
 def test_the_ops_page_counts_holds_expiring_within_the_hour_by_index(seeded):
-    text = plan(ops.expiring_soon(timezone.now())[:10_000])
+    text = plan(rollup.expiring_soon(timezone.now())[:10_000])
     assert "hold_sweep_due" in text and "one_pending_hold_per_run" not in text, text
     assert "Seq Scan on holds_hold" not in text, text
 

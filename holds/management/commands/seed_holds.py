@@ -2,37 +2,20 @@
 
 manage.py seed_holds --demo        people, the demo capability, the agent's secret (once)
 manage.py seed_holds --demo-runs   start the demo runs (once), through the real agent
+manage.py seed_holds --holds N     a month of history for benchmarks (bench/seeding.py; PostgreSQL)
 """
 
-import json
-import secrets
 import time
 from pathlib import Path
 
 from django.conf import settings
-from django.contrib.auth import get_user_model
-from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError
 
-from holds import seeding, services
-from holds.auth import SYSTEM
-from holds.models import Capability, Run
-
-DEMO_PEOPLE = (("admin", "admin"), ("member", "member"))
-DEMO_INPUTS = (
-    {},
-    {
-        "invoices": [
-            {"id": "INV-7", "payee": "Initech", "amount": "930.00"},
-            {"id": "INV-8", "payee": "Umbrella Corp", "amount": "12000.00", "confidence": 0.42},
-        ]
-    },
-    {"invoices": [{"id": "INV-9", "payee": "Stark Industries", "amount": "77.10", "confidence": 0.91}]},
-)
+from holds import demo
 
 
 class Command(BaseCommand):
-    help = "Seed data: the demo (--demo, --demo-runs)."
+    help = "Seed data: the demo (--demo, --demo-runs) or a benchmark history (--holds N)."
 
     def add_arguments(self, parser):
         parser.add_argument("--demo", action="store_true", help="demo people, capability and agent secret")
@@ -45,9 +28,9 @@ class Command(BaseCommand):
 
     def handle(self, *args, **options):
         if options["demo"]:
-            self.demo(Path(options["config"]))
+            demo.people_and_capability(Path(options["config"]), stdout=self.stdout)
         elif options["demo_runs"]:
-            self.demo_runs()
+            demo.runs(stdout=self.stdout)
         elif options["holds"]:
             self.bulk(options["holds"], options["capabilities"], options["items"], options["due"])
         else:
@@ -56,6 +39,11 @@ class Command(BaseCommand):
     def bulk(self, holds: int, capability_count: int, items: int, due: bool) -> None:
         if not 1 <= items <= 100 or holds < 1 or capability_count < 1:
             raise CommandError("--holds and --capabilities at least 1, --items from 1 to 100")
+        try:
+            # The benchmarks' seeder lives with them, outside the app; a deployment may leave it out.
+            from bench import seeding
+        except ImportError:
+            raise CommandError("--holds needs bench/seeding.py, which is not here") from None
         start = time.monotonic()
         counts = seeding.seed(
             holds=holds,
@@ -66,28 +54,3 @@ class Command(BaseCommand):
         )
         elapsed = time.monotonic() - start
         self.stdout.write(f"seeded {holds} holds in {elapsed:.1f}s ({holds / elapsed:.0f}/s): {counts}")
-
-    def demo(self, config: Path) -> None:
-        credentials_file = settings.RQ_VAR_DIR / "demo-credentials.json"
-        credentials = json.loads(credentials_file.read_text()) if credentials_file.exists() else {}
-        user_model = get_user_model()
-        for username, role in DEMO_PEOPLE:
-            if username not in credentials or not user_model.objects.filter(username=username).exists():
-                credentials[username] = secrets.token_urlsafe(9)
-                services.person_add(username=username, role=role, password=credentials[username], actor=SYSTEM)
-        credentials_file.write_text(json.dumps(credentials))
-        credentials_file.chmod(0o600)
-        call_command("sync_capabilities", str(config), stdout=self.stdout)
-        secret_file = settings.RQ_VAR_DIR / "demo-agent.secret"
-        secret_file.write_text(Capability.objects.get(name="pay_invoices").secret)
-        secret_file.chmod(0o600)
-        for username, role in DEMO_PEOPLE:
-            self.stdout.write(f"demo {role}: username {username}  password {credentials[username]}")
-
-    def demo_runs(self) -> None:
-        if Run.objects.exists():
-            self.stdout.write("demo runs exist already")
-            return
-        for data in DEMO_INPUTS:
-            run, _ = services.run_start(capability_name="pay_invoices", input=data, actor=SYSTEM)
-            self.stdout.write(f"started {run.public_id}; the demo agent will ask for a decision")

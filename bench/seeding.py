@@ -1,4 +1,5 @@
 """Bulk data for benchmarks and load tests: realistic holds, fast (COPY on PostgreSQL).
+`manage.py seed_holds --holds N` runs `seed`; the benchmarks call it and `copy_run` directly.
 
 This bypasses services.py on purpose: it writes the end states that the write path would have
 produced (asked, decided, expired holds with their runs, invocations, items and audit rows), a
@@ -18,9 +19,9 @@ from datetime import timedelta
 from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
 
-from .auth import run_token_hash
-from .config import new_secret
-from .models import (
+from holds.auth import run_token_hash
+from holds.config import new_secret
+from holds.models import (
     INVOCATION_ID_RANDOM_BYTES,
     AuditEvent,
     Capability,
@@ -579,7 +580,7 @@ def _answer_naming(answer, hold: Hold | None, hold_id: int | None):
 
 
 def _search_text_naming(hold: Hold, run_id: int, copy_run_id: int) -> str:
-    """The hold's search text with the copy's run id in place of the original's (services._search_parts)."""
+    """The hold's search text with the copy's run id in place of the original's (services.asks.search_parts)."""
     head, found, tail = hold.search_text.partition(f" r_{run_id} ")
     if not found:
         raise ValueError(f"the search text of {hold.public_id} does not name its run r_{run_id}")

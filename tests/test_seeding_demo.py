@@ -1,0 +1,35 @@
+"""`seed_holds --demo` and `--demo-runs` (holds/demo.py), what `make run` loads: two people, the
+capability of agentos.yaml, the demo agent's secret, and three runs, each only once."""
+
+import io
+import json
+
+import pytest
+from django.contrib.auth import get_user_model
+from django.core.management import call_command
+
+from holds.models import Capability, Run
+
+pytestmark = pytest.mark.django_db
+
+
+def seed(*args) -> str:
+    out = io.StringIO()
+    call_command("seed_holds", *args, stdout=out)
+    return out.getvalue()
+
+
+def test_the_demo_makes_its_people_capability_and_runs_once(settings, tmp_path):
+    settings.RQ_VAR_DIR = tmp_path
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+    first = seed("--demo")
+    credentials = json.loads((tmp_path / "demo-credentials.json").read_text())
+    assert f"username admin  password {credentials['admin']}" in first
+    users = get_user_model().objects
+    assert users.get(username="admin").check_password(credentials["admin"])
+    assert users.get(username="member").membership.role == "member"
+    assert (tmp_path / "demo-agent.secret").read_text() == Capability.objects.get(name="pay_invoices").secret
+    # Again: the same people and passwords, nobody new.
+    assert f"password {credentials['member']}" in seed("--demo") and users.count() == 2
+    assert "started r_" in seed("--demo-runs") and Run.objects.count() == 3
+    assert seed("--demo-runs").strip() == "demo runs exist already" and Run.objects.count() == 3
