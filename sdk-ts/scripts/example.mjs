@@ -19,7 +19,8 @@ export function compile(source, tag = basename(source, ".ts")) {
   copyFileSync(source, copy);
   const args = [TSC, "--strict", "--target", "es2022", "--module", "nodenext", "--moduleResolution", "nodenext",
     "--types", "node", "--skipLibCheck", "--rootDir", dir, "--outDir", dir, copy];
-  const out = spawnSync(process.execPath, args, { encoding: "utf8" });
+  // From sdk-ts, so that tsc finds @types/node whatever the caller's directory.
+  const out = spawnSync(process.execPath, args, { encoding: "utf8", cwd: SDK });
   if (out.status !== 0) throw new Error(`tsc failed on ${source}:\n${out.stdout}${out.stderr}`);
   return copy.replace(/\.ts$/, ".js");
 }
