@@ -96,6 +96,9 @@ export class Server {
   async listen(port?: number, host?: string): Promise<this> {
     const envPort = process.env.AGENTOS_PORT;
     const p = envPort ? Number(envPort) : (port ?? this.opts.port ?? 8080);
+    if (!Number.isInteger(p) || p < 0 || p > 65535) {
+      throw new Error(`the port must be an integer from 0 to 65535, got ${JSON.stringify(envPort ?? port ?? this.opts.port)}`);
+    }
     const h = process.env.AGENTOS_HOST || host || this.opts.host || "127.0.0.1";
     await new Promise<void>((resolve, reject) => {
       this.http.once("error", reject);

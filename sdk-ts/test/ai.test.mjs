@@ -39,7 +39,7 @@ function scriptedModel(prompts) {
 const payInput = z.object({ payee: z.string(), amount: z.string().regex(/^[0-9]+\.[0-9]{2}$/) });
 const ran = [];
 const payTool = tool({ inputSchema: payInput, execute: async (input) => (ran.push(input), { paid: input }) });
-const prompts = { signed: [], auto: [], forced: [] };
+const prompts = { signed: [], auto: [], forced: [], needs: [] };
 const agentSettings = (model, extra = {}) => ({
   model,
   tools: { pay: payTool },
@@ -55,6 +55,14 @@ const handlers = {
   }),
   ai_schema_auto: aiSdkAgent({ settings: agentSettings(scriptedModel(prompts.auto)) }),
   ai_schema_forced: aiSdkAgent({ settings: agentSettings(scriptedModel(prompts.forced)), itemSchema: true }),
+  // The tool-level flag (deprecated in 7.x, still honoured) instead of generateText's toolApproval.
+  ai_needs_approval: aiSdkAgent({
+    settings: {
+      model: scriptedModel(prompts.needs),
+      tools: { pay: tool({ inputSchema: payInput, needsApproval: true, execute: async (input) => ({ paid: input }) }) },
+      stopWhen: stepCountIs(4),
+    },
+  }),
 };
 
 const exampleSecret = newSecret();
@@ -149,6 +157,15 @@ describe("aiSdkAgent", () => {
     // The approval response went in as the conversation's last message, after the paused assistant turn.
     const resumed = prompts.signed.at(-1);
     assert.deepEqual(resumed.map((m) => m.role), ["user", "assistant", "tool"]);
+  });
+
+  test("a tool's needsApproval pauses the same way; a reject without a comment is a plain denial", async () => {
+    const runId = await service.startRun("ai_needs_approval", { prompt: "pay Acme" });
+    const hold = await service.heldHold(runId);
+    assert.deepEqual(hold.items.map((i) => [i.id, i.data]), [["call_1", { payee: "Acme", amount: "120.00" }]]);
+    await service.decide(hold.hold_id, { items: [{ id: "call_1", action: "reject" }] });
+    const run = await service.runReaches(runId, "completed");
+    assert.deepEqual(JSON.parse(run.output.text), { type: "execution-denied" });
   });
 
   test("the item's schema is the tool's input schema when the service accepts one, and absent otherwise", async () => {

@@ -139,8 +139,12 @@ export class Service {
 }
 
 /** Compiles a TypeScript agent (tsc) and runs it as its own process on `port`; resolves once it answers. */
+const compiled = new Map();
+
 export async function startAgent(source, { secret, port, env = {}, tag } = {}) {
-  const js = compile(source, tag);
+  // tsc takes seconds on the adapters' types: a restarted agent runs what was compiled for it before.
+  const js = compiled.get(source) ?? compile(source, tag);
+  compiled.set(source, js);
   const out = [];
   const proc = spawn(process.execPath, [js], {
     env: { ...process.env, ...env, AGENTOS_SECRET: secret, AGENTOS_PORT: String(port) },

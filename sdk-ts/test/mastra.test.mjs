@@ -8,10 +8,13 @@ import { join } from "node:path";
 import { after, before, describe, test } from "node:test";
 
 import { Server } from "@agentos/sdk";
+import { aiSdkAgent } from "@agentos/sdk/ai";
 import { mastraWorkflow, proposedResumeData } from "@agentos/sdk/mastra";
 import { Mastra } from "@mastra/core/mastra";
 import { createStep, createWorkflow } from "@mastra/core/workflows";
 import { LibSQLStore } from "@mastra/libsql";
+import { stepCountIs, tool } from "ai";
+import { MockLanguageModelV4 } from "ai/test";
 import { z } from "zod";
 
 import { ROOT, freePort, newSecret, startAgent, startService } from "./harness.mjs";
@@ -23,6 +26,28 @@ let service;
 let example;
 let examplePort;
 let inProcess;
+let expiring;
+const EXPIRED = "The approval request expired without a decision. Do not run this call.";
+
+// Holds that nobody decides, asked first so that their 60 s (the shortest expiry) pass while the rest runs.
+const usage = { inputTokens: { total: 1, noCache: 1, cacheRead: 0, cacheWrite: 0 }, outputTokens: { total: 1, text: 1, reasoning: 0 } };
+const expiringModel = new MockLanguageModelV4({
+  doGenerate: async ({ prompt }) =>
+    prompt.at(-1).role === "user"
+      ? { content: [{ type: "tool-call", toolCallId: "call_1", toolName: "pay", input: '{"amount":"5.00"}' }], finishReason: { unified: "tool-calls", raw: "" }, usage, warnings: [] }
+      : { content: [{ type: "text", text: JSON.stringify(prompt.at(-1).content[0].output) }], finishReason: { unified: "stop", raw: "" }, usage, warnings: [] },
+});
+const expiringHandlers = {
+  ai_expiring: aiSdkAgent({
+    settings: {
+      model: expiringModel,
+      tools: { pay: tool({ inputSchema: z.object({ amount: z.string() }), execute: async () => "paid" }) },
+      toolApproval: { pay: () => ({ type: "user-approval" }) },
+      stopWhen: stepCountIs(3),
+    },
+    expiresIn: 60,
+  }),
+};
 
 // A workflow whose resumeSchema has no `approved`: a rejection cancels the workflow run.
 const review = createStep({
@@ -60,12 +85,22 @@ before(async () => {
     pay_with_mastra: { endpoint: at(examplePort), secret: exampleSecret },
     approve_payment: { endpoint: at(examplePort), secret: exampleSecret },
     publish: { endpoint: at(sdkPort), secret: sdkSecret },
+    publish_expiring: { endpoint: at(sdkPort), secret: sdkSecret },
+    ai_expiring: { endpoint: at(sdkPort), secret: sdkSecret },
   });
-  example = await startExample();
   inProcess = await new Server(
-    { publish: mastraWorkflow({ mastra, workflow: "publish" }) },
+    {
+      publish: mastraWorkflow({ mastra, workflow: "publish" }),
+      publish_expiring: mastraWorkflow({ mastra, workflow: "publish", expiresIn: 60 }),
+      ...expiringHandlers,
+    },
     { secret: sdkSecret, port: sdkPort, log: () => {} },
   ).listen();
+  expiring = {
+    ai: await service.startRun("ai_expiring", { prompt: "pay" }),
+    workflow: await service.startRun("publish_expiring", { title: "Q2 numbers" }),
+  };
+  example = await startExample();
 });
 
 after(async () => {
@@ -165,6 +200,16 @@ describe("mastraWorkflow", () => {
     };
     assert.deepEqual(proposedResumeData({ amount: "1.00", other: 1 }, schema), { approved: true, amount: "1.00", note: "" });
     assert.deepEqual(proposedResumeData({ a: 1 }, null), { a: 1 });
+  });
+});
+
+describe("expiry", () => {
+  test("an expired hold denies the AI SDK call and cancels the workflow run, saying it expired", async () => {
+    const ai = await service.runReaches(expiring.ai, "completed", 150_000);
+    assert.deepEqual(JSON.parse(ai.output.text), { type: "execution-denied", reason: EXPIRED });
+    assert.equal(ai.holds[0].status, "expired");
+    const workflow = await service.runReaches(expiring.workflow, "completed", 150_000);
+    assert.deepEqual(workflow.output, { status: "canceled", rejected: [{ step: "review", comment: EXPIRED }] });
   });
 });
 

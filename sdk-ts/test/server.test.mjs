@@ -82,6 +82,21 @@ describe("signatures", () => {
     assert.equal(r.body.error, "bad_json");
   });
 
+  test("AGENTOS_PORT wins over the port in the code, and a bad one is refused", async () => {
+    const saved = process.env.AGENTOS_PORT;
+    try {
+      process.env.AGENTOS_PORT = "0";
+      const s = await new Server(handlers, { secret, port: 1 }).listen();
+      assert.notEqual(s.port, 1);
+      await s.close();
+      process.env.AGENTOS_PORT = "eighty";
+      await assert.rejects(new Server(handlers, { secret }).listen(), /port must be an integer/);
+    } finally {
+      if (saved === undefined) delete process.env.AGENTOS_PORT;
+      else process.env.AGENTOS_PORT = saved;
+    }
+  });
+
   test("the server refuses to start without a whsec_ secret", () => {
     const saved = process.env.AGENTOS_SECRET;
     delete process.env.AGENTOS_SECRET;
