@@ -1,6 +1,7 @@
 // The Vercel AI SDK adapter (`ai` 7.x, its real generateText driven by a scripted MockLanguageModelV4)
 // and the TypeScript demo agent, through the real service.
 import assert from "node:assert/strict";
+import { createServer } from "node:http";
 import { join } from "node:path";
 import { after, before, describe, test } from "node:test";
 
@@ -65,6 +66,37 @@ const handlers = {
   }),
 };
 
+// Two servers with the same adapter stand for an agent process before and after a restart.
+const lostRuns = [];
+const lostTool = tool({ inputSchema: payInput, execute: async (input) => (lostRuns.push(input), { paid: input }) });
+const lostDeliveries = { before: 0, after: 0 };
+const lostHandlers = (name) => {
+  const adapter = aiSdkAgent({
+    settings: { model: scriptedModel([]), tools: { pay: lostTool }, toolApproval: { pay: () => ({ type: "user-approval" }) }, stopWhen: stepCountIs(4) },
+  });
+  return { ai_lost_answer: (inv) => (lostDeliveries[name] += 1, adapter(inv)) };
+};
+
+/** Forwards deliveries to `first`; drops the answer to the first resume, and sends later ones to `second`. */
+function lossyProxy(first, second) {
+  let dropped = false;
+  return createServer(async (req, res) => {
+    let body = "";
+    for await (const chunk of req) body += chunk;
+    const resume = JSON.parse(body).invocation.kind === "resume";
+    const target = resume && dropped ? second : first;
+    const resp = await fetch(target.url + "/invoke", { method: "POST", headers: req.headers, body });
+    const text = await resp.text();
+    if (resume && !dropped) {
+      dropped = true;
+      req.socket.destroy(); // the agent did the work; its answer is lost on the way back
+      return;
+    }
+    res.writeHead(resp.status, { "content-type": "application/json" });
+    res.end(text);
+  });
+}
+
 const exampleSecret = newSecret();
 const payInvoicesSecret = newSecret();
 const sdkSecret = newSecret();
@@ -72,15 +104,22 @@ let service;
 let example;
 let payInvoices;
 let inProcess;
+let lost;
 
 before(async () => {
-  const [examplePort, payPort, sdkPort] = [await freePort(), await freePort(), await freePort()];
+  const [examplePort, payPort, sdkPort, proxyPort] = [await freePort(), await freePort(), await freePort(), await freePort()];
   const at = (port) => `http://127.0.0.1:${port}`;
   service = await startService("ai", {
     pay_with_ai: { endpoint: at(examplePort), secret: exampleSecret },
     pay_invoices: { endpoint: at(payPort), secret: payInvoicesSecret },
     ...Object.fromEntries(Object.keys(handlers).map((n) => [n, { endpoint: at(sdkPort), secret: sdkSecret }])),
+    ai_lost_answer: { endpoint: at(proxyPort), secret: sdkSecret },
   });
+  const before = await new Server(lostHandlers("before"), { secret: sdkSecret, port: 0, log: () => {} }).listen();
+  const afterRestart = await new Server(lostHandlers("after"), { secret: sdkSecret, port: 0, log: () => {} }).listen();
+  const proxy = lossyProxy(before, afterRestart);
+  await new Promise((r) => proxy.listen(proxyPort, "127.0.0.1", r));
+  lost = { servers: [before, afterRestart], proxy };
   [example, payInvoices, inProcess] = await Promise.all([
     startAgent(join(ROOT, "examples", "ts", "ai_agent.ts"), { secret: exampleSecret, port: examplePort }),
     startAgent(join(ROOT, "examples", "ts", "pay_invoices.ts"), { secret: payInvoicesSecret, port: payPort }),
@@ -92,6 +131,9 @@ after(async () => {
   await example?.stop();
   await payInvoices?.stop();
   await inProcess?.close();
+  for (const server of lost?.servers ?? []) await server.close();
+  lost?.proxy.closeAllConnections();
+  lost?.proxy.close();
   await service?.stop();
 });
 
@@ -166,6 +208,16 @@ describe("aiSdkAgent", () => {
     await service.decide(hold.hold_id, { items: [{ id: "call_1", action: "reject" }] });
     const run = await service.runReaches(runId, "completed");
     assert.deepEqual(JSON.parse(run.output.text), { type: "execution-denied" });
+  });
+
+  test("a resume delivered again after its answer was lost returns the recorded output; the tool ran once", async () => {
+    const runId = await service.startRun("ai_lost_answer", { prompt: "pay Acme" });
+    const hold = await service.heldHold(runId);
+    await service.decide(hold.hold_id, { items: [{ id: "call_1", action: "approve" }] });
+    const run = await service.runReaches(runId, "completed");
+    assert.deepEqual(JSON.parse(run.output.text), { type: "json", value: { paid: { payee: "Acme", amount: "120.00" } } });
+    assert.equal(lostRuns.length, 1);
+    assert.deepEqual(lostDeliveries, { before: 2, after: 1 }); // start and resume, then the resume again
   });
 
   test("the item's schema is the tool's input schema when the service accepts one, and absent otherwise", async () => {

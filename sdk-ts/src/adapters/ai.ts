@@ -7,11 +7,20 @@
 
 import { asSchema, generateText, type ModelMessage } from "ai";
 
-import { Suspend } from "../errors.js";
 import type { AskItem, Invocation } from "../invocation.js";
 import type { Action, DecidedItem, JsonObject } from "../resume.js";
 import type { Handler } from "../server.js";
-import { EXPIRED_MESSAGE, callTitle, isObject, offeredActions, serviceAcceptsItemSchema } from "./common.js";
+import {
+  EXPIRED_MESSAGE,
+  callTitle,
+  finish,
+  isObject,
+  loadPause,
+  offeredActions,
+  pauseAndAsk,
+  serviceAcceptsItemSchema,
+  type Pause,
+} from "./common.js";
 
 type GenerateSettings = Parameters<typeof generateText>[0];
 type GenerateResult = Awaited<ReturnType<typeof generateText>>;
@@ -46,10 +55,9 @@ interface Pending {
   wrapped: boolean;
 }
 
-interface Stored {
+interface Stored extends Pause {
   messages: ModelMessage[];
   pending: Pending[];
-  holdId: string | null;
 }
 
 export function aiSdkAgent(options: AiSdkAgentOptions): Handler {
@@ -57,42 +65,23 @@ export function aiSdkAgent(options: AiSdkAgentOptions): Handler {
   const signed = Boolean(options.settings.experimental_toolApprovalSecret);
 
   return async (inv: Invocation) => {
-    let messages: ModelMessage[];
-    if (!inv.resume) {
-      const stored = await inv.state.run.get<Stored | null>(key, null);
-      // A start delivered again after the agent lost its memory: the hold is already open.
-      if (stored?.holdId) throw new Suspend(stored.holdId);
-      messages = options.messages ? await options.messages(inv) : initialMessages(inv.input);
-    } else {
-      const stored = await inv.state.run.get<Stored | null>(key, null);
-      if (!stored || stored.pending.length === 0) {
-        throw new Error(`nothing to resume: run state "${key}" holds no paused conversation`);
-      }
-      // This resume was applied already and the run paused again: suspend on that hold.
-      if (stored.holdId && stored.holdId !== inv.resume.holdId) throw new Suspend(stored.holdId);
-      messages = stored.messages.concat([decisionsMessage(stored, inv.resume.decidedItems, inv.resume.expired, signed)]);
-    }
+    const loaded = await loadPause<Stored>(inv, key);
+    if (loaded.kind === "finished") return loaded.output;
+    const messages =
+      loaded.kind === "start"
+        ? options.messages
+          ? await options.messages(inv)
+          : initialMessages(inv.input)
+        : loaded.pause.messages.concat([decisionsMessage(loaded.pause, inv.resume!.decidedItems, inv.resume!.expired, signed)]);
 
     const result = await generateText({ ...options.settings, messages } as GenerateSettings);
     const requests = result.content.filter(
       (p): p is Extract<typeof p, { type: "tool-approval-request" }> => p.type === "tool-approval-request" && !p.isAutomatic,
     );
     if (requests.length === 0) {
-      await inv.state.run.delete(key);
-      return options.output ? options.output(result, inv) : { text: result.text };
+      return finish(inv, key, options.output ? await options.output(result, inv) : { text: result.text });
     }
 
-    const stored: Stored = {
-      messages: messages.concat(result.response.messages),
-      pending: requests.map((r) => ({
-        approvalId: r.approvalId,
-        toolCallId: r.toolCall.toolCallId,
-        toolName: r.toolCall.toolName,
-        wrapped: !isObject(r.toolCall.input),
-      })),
-      holdId: null,
-    };
-    await inv.state.run.put(key, stored);
     const withSchema =
       options.itemSchema === true || (options.itemSchema !== false && (await serviceAcceptsItemSchema(inv.apiUrl)));
     const tools = (options.settings.tools ?? {}) as Record<string, { inputSchema?: unknown }>;
@@ -108,16 +97,22 @@ export function aiSdkAgent(options: AiSdkAgentOptions): Handler {
       return item;
     });
     const signedNow = signed || requests.some((r) => r.signature);
-    const holdId = await inv.ask({
-      intent: options.intent ?? `Approve ${requests.length} tool call${requests.length === 1 ? "" : "s"}`,
-      items,
-      actions: offeredActions(signedNow ? ["approve", "reject", "feedback"] : ["approve", "edit", "reject", "feedback"], options.actions),
-      details: options.details ?? reasons(requests),
-      ...(options.expiresIn !== undefined ? { expiresIn: options.expiresIn } : {}),
-      suspend: false,
+    return pauseAndAsk<Stored>(inv, key, {
+      messages: messages.concat(result.response.messages),
+      pending: requests.map((r) => ({
+        approvalId: r.approvalId,
+        toolCallId: r.toolCall.toolCallId,
+        toolName: r.toolCall.toolName,
+        wrapped: !isObject(r.toolCall.input),
+      })),
+      ask: {
+        intent: options.intent ?? `Approve ${requests.length} tool call${requests.length === 1 ? "" : "s"}`,
+        items,
+        actions: offeredActions(signedNow ? ["approve", "reject", "feedback"] : ["approve", "edit", "reject", "feedback"], options.actions),
+        details: options.details ?? reasons(requests),
+        ...(options.expiresIn !== undefined ? { expiresIn: options.expiresIn } : {}),
+      },
     });
-    await inv.state.run.put(key, { ...stored, holdId });
-    throw new Suspend(holdId);
   };
 }
 

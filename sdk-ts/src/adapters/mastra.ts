@@ -10,11 +10,20 @@
 import type { Mastra } from "@mastra/core/mastra";
 import { standardSchemaToJSONSchema, toStandardSchema } from "@mastra/core/schema";
 
-import { Suspend } from "../errors.js";
 import type { AskItem, Invocation } from "../invocation.js";
 import type { Action, DecidedItem, JsonObject } from "../resume.js";
 import type { Handler } from "../server.js";
-import { EXPIRED_MESSAGE, callTitle, isObject, offeredActions, serviceAcceptsItemSchema } from "./common.js";
+import {
+  EXPIRED_MESSAGE,
+  callTitle,
+  finish,
+  isObject,
+  loadPause,
+  offeredActions,
+  pauseAndAsk,
+  serviceAcceptsItemSchema,
+  type Pause,
+} from "./common.js";
 
 interface HoldOptions {
   intent?: string;
@@ -56,62 +65,54 @@ interface AgentLike {
   listSuspendedRuns(options?: Record<string, unknown>): Promise<{ runs: { runId: string }[] }>;
 }
 
-interface PausedCall {
+interface PausedCall extends Pause {
   runId: string;
   toolCallId: string;
-  holdId: string | null;
 }
 
 export function mastraAgent(options: MastraAgentOptions): Handler {
   const key = options.stateKey ?? "mastra:agent";
   return async (inv: Invocation) => {
     const agent = options.mastra.getAgent(options.agent) as unknown as AgentLike;
-    const stored = await inv.state.run.get<PausedCall | null>(key, null);
+    const loaded = await loadPause<PausedCall>(inv, key);
+    if (loaded.kind === "finished") return loaded.output;
     let result: AgentResult;
-    if (!inv.resume) {
-      // A start delivered again after the agent lost its memory: the hold is already open.
-      if (stored?.holdId) throw new Suspend(stored.holdId);
+    if (loaded.kind === "start") {
       result = await agent.generate(options.prompt ? await options.prompt(inv) : promptOf(inv.input), {
         ...options.options,
         runId: inv.runId,
       });
     } else {
-      if (!stored) throw new Error(`nothing to resume: run state "${key}" holds no paused Mastra call`);
-      // This resume was applied already and the agent paused again: suspend on that hold.
-      if (stored.holdId && stored.holdId !== inv.resume.holdId) throw new Suspend(stored.holdId);
+      const paused = loaded.pause;
       const { runs } = await agent.listSuspendedRuns();
-      if (!runs.some((r) => r.runId === stored.runId)) {
-        throw new Error(`Mastra's storage has no suspended run ${stored.runId} of agent "${options.agent}" to resume`);
+      if (!runs.some((r) => r.runId === paused.runId)) {
+        throw new Error(`Mastra's storage has no suspended run ${paused.runId} of agent "${options.agent}" to resume`);
       }
-      const d = inv.resume.expired ? undefined : decisionFor(inv.resume.decidedItems, stored.toolCallId);
-      const call = { ...options.options, runId: stored.runId, toolCallId: stored.toolCallId };
+      const d = inv.resume!.expired ? undefined : decisionFor(inv.resume!.decidedItems, paused.toolCallId);
+      const call = { ...options.options, runId: paused.runId, toolCallId: paused.toolCallId };
       result =
         d && (d.action === "approve" || d.action === "edit")
           ? await agent.approveToolCallGenerate(call)
           : await agent.declineToolCallGenerate({ ...call, reason: d ? (d.comment ?? undefined) : EXPIRED_MESSAGE });
     }
     const pause = result.finishReason === "suspended" && isObject(result.suspendPayload) ? result.suspendPayload : null;
-    if (!pause) {
-      await inv.state.run.delete(key);
-      return options.output ? options.output(result, inv) : { text: result.text };
-    }
+    if (!pause) return finish(inv, key, options.output ? await options.output(result, inv) : { text: result.text });
     if (typeof pause.toolCallId !== "string" || typeof pause.toolName !== "string") {
       throw new Error("the Mastra agent suspended without a tool approval (a tool's own suspend() is not supported)");
     }
-    const paused: PausedCall = { runId: String(result.runId ?? inv.runId), toolCallId: pause.toolCallId, holdId: null };
-    await inv.state.run.put(key, paused);
     const args = pause.args;
-    const holdId = await inv.ask({
-      intent: options.intent ?? `Approve ${pause.toolName}`,
-      items: [{ id: pause.toolCallId, title: callTitle(pause.toolName, args), data: isObject(args) ? args : { value: args } }],
-      // Mastra runs the stored arguments: there is no edit to offer.
-      actions: offeredActions(["approve", "reject", "feedback"], options.actions ?? ["approve", "reject"]),
-      ...(options.details !== undefined ? { details: options.details } : {}),
-      ...(options.expiresIn !== undefined ? { expiresIn: options.expiresIn } : {}),
-      suspend: false,
+    return pauseAndAsk<PausedCall>(inv, key, {
+      runId: String(result.runId ?? inv.runId),
+      toolCallId: pause.toolCallId,
+      ask: {
+        intent: options.intent ?? `Approve ${pause.toolName}`,
+        items: [{ id: pause.toolCallId, title: callTitle(pause.toolName, args), data: isObject(args) ? args : { value: args } }],
+        // Mastra runs the stored arguments: there is no edit to offer.
+        actions: offeredActions(["approve", "reject", "feedback"], options.actions ?? ["approve", "reject"]),
+        details: options.details,
+        expiresIn: options.expiresIn,
+      },
     });
-    await inv.state.run.put(key, { ...paused, holdId });
-    throw new Suspend(holdId);
   };
 }
 
@@ -169,6 +170,9 @@ interface WorkflowLike {
   getWorkflowRunById(runId: string): Promise<WorkflowOutcome | null>;
 }
 
+/** The hold whose decision the workflow was last resumed with. */
+const APPLIED_KEY = "mastra:workflow:applied";
+
 export function mastraWorkflow(options: MastraWorkflowOptions): Handler {
   return async (inv: Invocation) => {
     const workflow = options.mastra.getWorkflow(options.workflow) as unknown as WorkflowLike;
@@ -183,12 +187,20 @@ export function mastraWorkflow(options: MastraWorkflowOptions): Handler {
           : await run.start({ inputData: options.input ? await options.input(inv) : inv.input });
     } else {
       const snapshot = await workflow.getWorkflowRunById(inv.runId);
-      if (snapshot?.status !== "suspended") {
-        throw new Error(
-          `Mastra's storage has no suspended run ${inv.runId} of workflow "${options.workflow}" to resume (${snapshot ? snapshot.status : "no snapshot"})`,
-        );
+      const applied = await inv.state.run.get<string | null>(APPLIED_KEY, null);
+      if (applied === inv.resume.holdId && snapshot) {
+        // Delivered again: the decision went in already, so answer from where the workflow is now.
+        outcome = snapshot.status === "suspended" ? { ...snapshot, suspended: suspendedPaths(snapshot) } : snapshot;
+      } else {
+        if (snapshot?.status !== "suspended") {
+          throw new Error(
+            `Mastra's storage has no suspended run ${inv.runId} of workflow "${options.workflow}" to resume (${snapshot ? snapshot.status : "no snapshot"})`,
+          );
+        }
+        // Recorded before the resume: a crash in between asks the person again rather than resuming twice.
+        await inv.state.run.put(APPLIED_KEY, inv.resume.holdId);
+        outcome = await applyDecisions(workflow, run, inv, suspendedPaths(snapshot));
       }
-      outcome = await applyDecisions(workflow, run, inv, suspendedPaths(snapshot));
     }
     if (outcome.status === "suspended") return askAbout(workflow, inv, outcome, options);
     if (outcome.status === "failed") {
