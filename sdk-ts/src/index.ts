@@ -1,0 +1,25 @@
+/** @agentos/sdk: the agent side of Review Queue. Ask a person, suspend, resume with the decision. */
+
+import { Webhook } from "standardwebhooks";
+
+export { ApiError, AskInvalid, AskedForHuman, Suspend } from "./errors.js";
+export {
+  Files,
+  Invocation,
+  RunState,
+  type AskItem,
+  type AskRequest,
+  type Eval,
+  type InvocationPayload,
+} from "./invocation.js";
+export { Resume, type Action, type DecidedItem, type JsonObject, type ResumePayload } from "./resume.js";
+export { Server, runHandler, serve, type Answer, type Handler, type ServeOptions } from "./server.js";
+
+/** Standard Webhooks headers for one delivery of `body` (tests and tools that play the service). */
+export function sign(secret: string, id: string, body: string, timestamp: Date = new Date()): Record<string, string> {
+  return {
+    "webhook-id": id,
+    "webhook-timestamp": String(Math.floor(timestamp.getTime() / 1000)),
+    "webhook-signature": new Webhook(secret).sign(id, timestamp, body),
+  };
+}

@@ -1,0 +1,74 @@
+/** The decision a resume invocation carries. */
+
+export type Action = "approve" | "edit" | "reject" | "feedback";
+
+export type JsonObject = { [key: string]: unknown };
+
+export interface DecidedItem {
+  id: string;
+  action: Action;
+  /** The item as decided: the reviewer's data for an edit, the asked data otherwise. */
+  data: JsonObject;
+  /** The item's comment; the reviewer's one comment is already copied onto edit, reject and feedback. */
+  comment: string | null;
+}
+
+export type ResumePayload = {
+  hold_id?: string;
+  resolved_by?: string;
+  items?: { id: string; action: Action; data?: JsonObject | null; comment?: string | null }[] | null;
+  comment?: string | null;
+};
+
+export class Resume {
+  readonly holdId: string;
+  readonly resolvedBy: string;
+  readonly decidedItems: DecidedItem[];
+  readonly comment: string | null;
+
+  constructor(holdId: string, resolvedBy: string, decidedItems: DecidedItem[], comment: string | null) {
+    this.holdId = holdId;
+    this.resolvedBy = resolvedBy;
+    this.decidedItems = decidedItems;
+    this.comment = comment;
+  }
+
+  static fromJson(payload: ResumePayload): Resume {
+    const items = (payload.items ?? []).map((i) => ({
+      id: i.id,
+      action: i.action,
+      data: i.data ?? {},
+      comment: i.comment || null,
+    }));
+    return new Resume(payload.hold_id ?? "", payload.resolved_by ?? "", items, payload.comment || null);
+  }
+
+  /** True when nobody decided before the hold's expiry; `decidedItems` is then empty. */
+  get expired(): boolean {
+    return this.resolvedBy === "expired";
+  }
+
+  /** Approved or edited items; `data` is as decided, so an edit carries the new values. */
+  get approved(): DecidedItem[] {
+    return this.decidedItems.filter((i) => i.action === "approve" || i.action === "edit");
+  }
+
+  get edited(): DecidedItem[] {
+    return this.decidedItems.filter((i) => i.action === "edit");
+  }
+
+  get rejected(): DecidedItem[] {
+    return this.decidedItems.filter((i) => i.action === "reject");
+  }
+
+  get feedback(): DecidedItem[] {
+    return this.decidedItems.filter((i) => i.action === "feedback");
+  }
+
+  /** The decided item with this id; throws when the hold has no such item. */
+  item(id: string): DecidedItem {
+    const found = this.decidedItems.find((i) => i.id === id);
+    if (!found) throw new RangeError(`the hold has no item ${JSON.stringify(id)}`);
+    return found;
+  }
+}

@@ -1,0 +1,204 @@
+// The seed's TypeScript example, unchanged, and the SDK's API calls, through the real service:
+// gunicorn, a Celery worker and beat, PostgreSQL (a fresh database) and Redis.
+import assert from "node:assert/strict";
+import { mkdirSync, readdirSync, readFileSync, writeFileSync } from "node:fs";
+import { join } from "node:path";
+import { after, before, describe, test } from "node:test";
+
+import { Server, Suspend } from "@agentos/sdk";
+
+import { ROOT, SDK, freePort, newSecret, startAgent, startService } from "./harness.mjs";
+
+/** The TypeScript block of the seed's "With the SDKs" section, as written. */
+export function seedExample() {
+  const dir = join(ROOT, "..", "shared", "seeds");
+  for (const name of readdirSync(dir).sort()) {
+    const text = readFileSync(join(dir, name), "utf8");
+    const start = text.indexOf('import { serve } from "@agentos/sdk";');
+    if (start === -1) continue;
+    const endMarker = "}, { port: 8080 });";
+    const end = text.indexOf(endMarker, start);
+    assert.ok(end > start, `the example in ${name} has no end`);
+    return text.slice(start, end + endMarker.length) + "\n";
+  }
+  throw new Error(`no TypeScript example in ${dir}`);
+}
+
+const seedSecret = newSecret();
+const sdkSecret = newSecret();
+let service;
+let seedAgent;
+let sdkAgent;
+const seen = [];
+
+// Handlers that use the rest of the SDK against the real API.
+const handlers = {
+  state_and_files: async (inv) => {
+    if (!inv.resume) {
+      await inv.state.run.put("progress", { step: "asked", n: 1 });
+      await inv.state.run.put("gone", true);
+      await inv.state.run.delete("gone");
+      await inv.state.run.delete("never-there");
+      const fileId = await inv.files.upload(new TextEncoder().encode("%PDF-1.4 invoice"), { name: "fatura ş.pdf" });
+      const childId = await inv.startChild("state_and_files_child", { n: 1 });
+      const again = await inv.startChild("state_and_files_child", { n: 1 });
+      await inv.state.run.put("child", { childId, again });
+      let thrown = null;
+      try {
+        await inv.ask({ intent: "", items: [] });
+      } catch (err) {
+        thrown = { name: err.name, fields: err.errors.map((e) => e.field) };
+      }
+      await inv.state.run.put("invalid", thrown);
+      try {
+        await inv.ask({
+          intent: "Check the invoice",
+          items: [{ id: "F-1", title: "fatura", data: { total: "1.00" }, confidence: { total: 0.4 } }],
+          actions: ["approve", "reject", "feedback"],
+          details: "Read the **file**.",
+          expiresIn: 3600,
+          files: [fileId],
+        });
+      } catch (err) {
+        // A handler that catches the SDK's signal still answers suspended on the hold it asked.
+        seen.push(err instanceof Suspend ? "caught Suspend" : String(err));
+      }
+      return { swallowed: true };
+    }
+    const progress = await inv.state.run.get("progress");
+    const missing = await inv.state.run.get("gone", "fallback");
+    let missingThrows = false;
+    try {
+      await inv.state.run.get("gone");
+    } catch {
+      missingThrows = true;
+    }
+    const resume = inv.resume;
+    return {
+      progress,
+      missing,
+      missingThrows,
+      child: await inv.state.run.get("child"),
+      invalid: await inv.state.run.get("invalid"),
+      feedback: resume.feedback.map((d) => ({ id: d.id, comment: d.comment })),
+      comment: resume.comment,
+      resolvedBy: resume.resolvedBy,
+      holdId: resume.holdId,
+      item: resume.item("F-1").action,
+    };
+  },
+  state_and_files_child: async () => ({ child: true }),
+  stream_then_suspend: async (inv) => {
+    if (!inv.resume) {
+      const holdId = await inv.ask({
+        intent: "Send the report",
+        items: [{ id: "R-1", title: "report", data: { to: "ops@example.com" } }],
+        suspend: false,
+      });
+      await inv.state.run.put("asked", holdId);
+      return { ignored: "the invocation answers suspended on the hold it asked" };
+    }
+    return { asked: await inv.state.run.get("asked"), expired: inv.resume.expired, approved: inv.resume.approved.length };
+  },
+  throws: async () => {
+    throw new Error("the bank is closed");
+  },
+};
+
+before(async () => {
+  const [seedPort, sdkPort] = [await freePort(), await freePort()];
+  const endpoint = (port) => `http://127.0.0.1:${port}`;
+  service = await startService("seed", {
+    pay_invoices: { endpoint: endpoint(seedPort), secret: seedSecret },
+    ...Object.fromEntries(Object.keys(handlers).map((name) => [name, { endpoint: endpoint(sdkPort), secret: sdkSecret }])),
+  });
+  const dir = join(SDK, "test", ".build");
+  mkdirSync(dir, { recursive: true });
+  writeFileSync(join(dir, "seed_pay_invoices.ts"), seedExample());
+  seedAgent = await startAgent(join(dir, "seed_pay_invoices.ts"), { secret: seedSecret, port: seedPort, tag: "seed" });
+  sdkAgent = await new Server(handlers, { secret: sdkSecret, port: sdkPort, log: () => {} }).listen();
+});
+
+after(async () => {
+  await seedAgent?.stop();
+  await sdkAgent?.close();
+  await service?.stop();
+});
+
+describe("the seed's TypeScript example, unchanged", () => {
+  test("it is the seed's text, with the import and port the seed shows", () => {
+    const code = seedExample();
+    assert.match(code, /^import \{ serve \} from "@agentos\/sdk";/);
+    assert.match(code, /inv\.resume!\.approved\.map/);
+  });
+
+  const cases = [
+    ["approve", { action: "approve" }, { paid: [{ id: "INV-1", payee: "Acme", amount: "120.00" }], rejected: [] }],
+    [
+      "edit",
+      { action: "edit", data: { payee: "Acme A.Ş.", amount: "99.50" } },
+      { paid: [{ id: "INV-1", payee: "Acme A.Ş.", amount: "99.50" }], rejected: [] },
+    ],
+    ["reject", { action: "reject", comment: "paid last week" }, { paid: [], rejected: ["INV-1"] }],
+  ];
+  for (const [name, decision, output] of cases) {
+    test(`start, ask, ${name}, resume, completed`, async () => {
+      const runId = await service.startRun("pay_invoices", {});
+      const hold = await service.heldHold(runId);
+      assert.equal(hold.intent, "Pay 2 invoices");
+      assert.deepEqual(hold.actions, ["approve", "edit", "reject"]);
+      assert.deepEqual(
+        hold.items.map(({ id, title, data }) => ({ id, title, data })),
+        [{ id: "INV-1", title: "Acme · 120.00", data: { payee: "Acme", amount: "120.00" } }],
+      );
+      await service.decide(hold.hold_id, { items: [{ id: "INV-1", ...decision }] });
+      const run = await service.runReaches(runId, "completed");
+      assert.deepEqual(run.output, output);
+      assert.equal(run.seq, 2);
+    });
+  }
+});
+
+describe("the SDK against the real API", () => {
+  test("run state, files, child runs, a 422 ask, and a caught Suspend still suspends", async () => {
+    const runId = await service.startRun("state_and_files", {});
+    const hold = await service.heldHold(runId);
+    assert.deepEqual(seen, ["caught Suspend"]);
+    assert.equal(hold.files.length, 1);
+    assert.equal(hold.expires_at !== null, true);
+    assert.deepEqual(hold.actions, ["approve", "reject", "feedback"]);
+    const file = await service.api("GET", `/v0/files/${hold.files[0].file_id ?? hold.files[0]}`);
+    assert.equal(file.status, 200);
+    assert.equal(file.body, "%PDF-1.4 invoice");
+    assert.equal(file.headers.get("content-type"), "application/pdf");
+    assert.match(file.headers.get("content-disposition") ?? "", /fatura/);
+    await service.decide(hold.hold_id, { items: [{ id: "F-1", action: "feedback" }], comment: "total is 10.00" });
+    const run = await service.runReaches(runId, "completed");
+    assert.deepEqual(run.output.progress, { step: "asked", n: 1 });
+    assert.equal(run.output.missing, "fallback");
+    assert.equal(run.output.missingThrows, true);
+    assert.equal(run.output.child.childId, run.output.child.again);
+    assert.deepEqual(run.children, [run.output.child.childId]);
+    assert.equal(run.output.invalid.name, "AskInvalid");
+    assert.ok(run.output.invalid.fields.includes("intent") && run.output.invalid.fields.includes("items"));
+    assert.deepEqual(run.output.feedback, [{ id: "F-1", comment: "total is 10.00" }]);
+    assert.equal(run.output.comment, "total is 10.00");
+    assert.equal(run.output.resolvedBy, "human");
+    assert.equal(run.output.holdId, hold.hold_id);
+    assert.equal(run.output.item, "feedback");
+  });
+
+  test("ask with suspend:false returns the hold id and the invocation still answers suspended", async () => {
+    const runId = await service.startRun("stream_then_suspend", {});
+    const hold = await service.heldHold(runId);
+    await service.decide(hold.hold_id, { items: [{ id: "R-1", action: "approve" }] });
+    const run = await service.runReaches(runId, "completed");
+    assert.deepEqual(run.output, { asked: hold.hold_id, expired: false, approved: 1 });
+  });
+
+  test("a handler that throws fails the run with its message", async () => {
+    const runId = await service.startRun("throws", {});
+    const run = await service.runReaches(runId, "failed");
+    assert.match(JSON.stringify(run.error), /the bank is closed/);
+  });
+});

@@ -1,0 +1,97 @@
+"""The real Review Queue for the TypeScript SDK's tests: a fresh PostgreSQL database, a private Redis,
+gunicorn, a Celery worker and beat (tests/processes.py starts them as the Python e2e tests do).
+
+    python sdk-ts/test/service.py --database NAME --capabilities '{"pay_invoices": {"endpoint": …, "secret": …}}'
+
+Prints one JSON line, {"url", "key", "database_url"}, once everything answers; then runs until its stdin
+closes or it gets SIGTERM, stops what it started and drops the database.
+"""
+
+import argparse
+import json
+import os
+import signal
+import sys
+import tempfile
+import threading
+from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+
+
+def database_url(name: str) -> str:
+    base = urlsplit(os.environ.get("DATABASE_URL") or "postgres://postgres@127.0.0.1:5432/reviewqueue")
+    return urlunsplit(base._replace(path="/" + name))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--database", required=True, help="the fresh database's name (dropped first if it exists)")
+    parser.add_argument("--capabilities", required=True, help="JSON: {name: {endpoint, secret, …}}")
+    args = parser.parse_args()
+    url = database_url(args.database)
+    os.environ.update(DATABASE_URL=url, DEBUG="0", SECRET_KEY="ts-sdk-tests-" + os.urandom(8).hex())
+    os.environ.pop("REDIS_URL", None)  # this process needs no cache; the service gets its own Redis
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "reviewqueue.settings")
+
+    import psycopg
+
+    admin_url = urlunsplit(urlsplit(url)._replace(path="/postgres"))
+    with psycopg.connect(admin_url, autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{args.database}" WITH (FORCE)')
+        conn.execute(f'CREATE DATABASE "{args.database}"')
+
+    import django
+
+    django.setup()
+    from django.core.management import call_command
+    from django.db import connections
+
+    from holds import services
+    from holds.auth import SYSTEM
+    from holds.config import CapabilitySpec
+    from tests.processes import Processes, free_port, service_env
+
+    call_command("migrate", verbosity=0)
+    specs = [CapabilitySpec(name=name, values=values) for name, values in json.loads(args.capabilities).items()]
+    services.capabilities_sync(specs=specs, actor=SYSTEM)
+    _, key = services.service_account_create(name="ts-sdk-tests", role="member", actor=SYSTEM)
+
+    log_dir = Path(tempfile.mkdtemp(prefix=f"{args.database}-"))
+    procs = Processes(log_dir)
+    stopping = threading.Event()
+
+    def stop(*_):
+        stopping.set()
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    try:
+        web_port = free_port()
+        web = f"http://127.0.0.1:{web_port}"
+        redis_url = os.environ.get("RQ_TS_REDIS_URL") or procs.redis(free_port())
+        # Retries a second apart, so that a test of a lost answer does not wait out the real schedule.
+        env = service_env(
+            redis_url=redis_url,
+            public_url=web,
+            SECRET_KEY=os.environ["SECRET_KEY"],
+            RQ_RETRY_SCHEDULE="0,1,1,1,1,1,1,1",
+        )
+        procs.gunicorn(env, web_port)
+        procs.worker(env)
+        procs.beat(env)
+        print(json.dumps({"url": web, "key": key, "database_url": url, "logs": str(log_dir)}), flush=True)
+        # Stdin closes when the test process ends, however it ends.
+        threading.Thread(target=lambda: (sys.stdin.read(), stopping.set()), daemon=True).start()
+        stopping.wait()
+    finally:
+        procs.stop_all()
+        connections.close_all()
+        with psycopg.connect(admin_url, autocommit=True) as conn:
+            conn.execute(f'DROP DATABASE IF EXISTS "{args.database}" WITH (FORCE)')
+
+
+if __name__ == "__main__":
+    main()
