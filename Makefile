@@ -18,6 +18,7 @@ run: $(STAMP)
 
 test: $(STAMP)
 	@scripts/test
+	@scripts/test-ts
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
