@@ -227,6 +227,7 @@ def runs(request):
     body = read_json(request, MAX_ASK_BYTES)
     if actor.kind != "run" and actor.role not in ("admin", "member"):
         raise Forbidden("viewers may not start runs")
+    ratelimit.api_limit("run_start", actor)
     start, errors = validate_start(body)
     idempotency_key = request.headers.get("idempotency-key") or None
     if idempotency_key and len(idempotency_key) > MAX_IDEMPOTENCY_KEY:

@@ -32,6 +32,15 @@ class Conflict(ServiceError):
     status, code = 409, "conflict"
 
 
+class QuotaExceeded(Conflict):
+    """A run is over one of its quotas (RQ_RUN_MAX_*); `quota` names which."""
+
+    code = "quota_exceeded"
+
+    def __init__(self, quota: str, limit: int):
+        super().__init__(f"this run is over its {quota} quota ({limit})", quota=quota, limit=limit)
+
+
 class Invalid(ServiceError):
     status, code = 422, "invalid"
 

@@ -285,6 +285,12 @@ CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS", [])
 RQ_RATE_ASK = env_str("RQ_RATE_ASK", "30/m")  # per run token
 RQ_RATE_DECISION = env_str("RQ_RATE_DECISION", "120/m")  # per service-account key or person
 RQ_RATE_LOGIN = env_str("RQ_RATE_LOGIN", "20/5m")  # failed sign-ins per client address
+RQ_RATE_RUN_START = env_str("RQ_RATE_RUN_START", "120/m")  # POST /v0/runs per caller (token, key, person)
+# Per-run quotas: past one, the write answers 409 quota_exceeded naming it.
+RQ_RUN_MAX_FILES = env_int("RQ_RUN_MAX_FILES", 50)
+RQ_RUN_MAX_FILE_BYTES = env_int("RQ_RUN_MAX_FILE_BYTES", 200 * 1024 * 1024)
+RQ_RUN_MAX_STATE_KEYS = env_int("RQ_RUN_MAX_STATE_KEYS", 100)
+RQ_RUN_MAX_STATE_BYTES = env_int("RQ_RUN_MAX_STATE_BYTES", 8 * 1024 * 1024)
 # Sign-in lockout (django-axes): this many failures for one username from one address lock that
 # pair out for the cool-off (hours, a float); a success resets the count.
 AXES_FAILURE_LIMIT = env_int("RQ_LOGIN_FAILURE_LIMIT", 5)

@@ -157,3 +157,52 @@ def test_an_ask_may_list_only_its_own_runs_files(api, client, two_runs):
     assert response.status_code == 422
     assert {e["field"] for e in response.json()["errors"]} == {"files[1]", "files[2]"}
     assert api.post("/v0/holds", factories.ask_body(files=[mine]), token=token_a).status_code == 201
+
+
+def test_a_runs_state_stays_within_its_key_and_byte_quotas(api, two_runs, settings):
+    settings.RQ_RUN_MAX_STATE_KEYS, settings.RQ_RUN_MAX_STATE_BYTES = 3, 100
+    (run, token), (other, other_token) = two_runs
+    url = f"/v0/runs/{run.public_id}/state/"
+    for key in ("a", "b", "c"):
+        assert api.put(url + key, "x" * 10, token=token).status_code == 204
+    refused = api.put(url + "d", 1, token=token)
+    assert refused.status_code == 409
+    assert refused.json() == {
+        "error": "quota_exceeded",
+        "message": refused.json()["message"],
+        "quota": "state_keys",
+        "limit": 3,
+    }
+    assert api.put(url + "a", "y" * 20, token=token).status_code == 204  # replacing a key is not a new key
+    big = api.put(url + "b", "z" * 80, token=token)
+    assert big.status_code == 409 and big.json()["quota"] == "state_bytes"
+    assert api.get(url + "b", token=token).json() == "x" * 10  # nothing was written
+    assert api.delete(url + "c", token=token).status_code == 204
+    assert api.put(url + "d", 1, token=token).status_code == 204  # room again
+    # Quotas are per run: another run starts empty.
+    assert api.put(f"/v0/runs/{other.public_id}/state/a", "x" * 90, token=other_token).status_code == 204
+
+
+def test_a_runs_files_stay_within_their_count_and_byte_quotas(client, two_runs, settings):
+    settings.RQ_RUN_MAX_FILES, settings.RQ_RUN_MAX_FILE_BYTES = 2, 30
+    (run, token), (other, other_token) = two_runs
+    assert upload(client, token, b"0123456789").status_code == 201
+    too_big = upload(client, token, b"x" * 21)
+    assert too_big.status_code == 409 and too_big.json()["quota"] == "file_bytes"
+    assert upload(client, token, b"0123456789").status_code == 201
+    third = upload(client, token, b"1")
+    assert third.status_code == 409 and third.json() == {
+        "error": "quota_exceeded",
+        "message": third.json()["message"],
+        "quota": "files",
+        "limit": 2,
+    }
+    assert RunFile.objects.filter(run=run).count() == 2
+    assert upload(client, other_token, b"0123456789").status_code == 201
+
+
+def test_run_starts_are_rate_limited_per_caller(api, cap, member_key, admin_key, settings):
+    settings.RQ_RATE_RUN_START = "2/m"
+    body = {"capability": cap.name, "input": {}}
+    assert [api.post("/v0/runs", body, key=member_key).status_code for _ in range(3)] == [201, 201, 429]
+    assert api.post("/v0/runs", body, key=admin_key).status_code == 201  # another caller has its own budget

@@ -1,16 +1,24 @@
 """Runs: start, fail, finish; their state and files."""
 
+from django.conf import settings
 from django.db import IntegrityError, connection, transaction
+from django.db.models import Count, Func, IntegerField, Sum
 from django.utils import timezone
 
 from .. import prepared
 from ..auth import Actor, run_token_hash
-from ..errors import Conflict, Forbidden, Invalid, NotFound
+from ..errors import Conflict, Forbidden, Invalid, NotFound, QuotaExceeded
 from ..ids import RUN, public_id
 from ..models import AuditKind, Capability, IdempotencyKey, Invocation, Run, RunFile, RunState
 from ..schemas import canonical_json, schema_errors
 from . import ports, sql
 from .audit import audit
+
+
+class OctetLength(Func):
+    function = "octet_length"
+    output_field = IntegerField()
+
 
 # Invocations not sent yet: a run that finishes cancels them.
 UNSENT_INVOCATION = (Invocation.Status.WAITING, Invocation.Status.PENDING, Invocation.Status.PARKED)
@@ -121,8 +129,23 @@ def finish_run(run: Run, *, status: str, actor: Actor, output=None, error: str =
     prepared.write(*((statement, params) for statement in sql.FINISH_RUN))
 
 
+def _lock_run(run: Run) -> None:
+    # Writes of one run's state or files wait for each other, so two cannot both fit the last room.
+    Run.objects.select_for_update(no_key=True).filter(pk=run.pk).values_list("pk").first()
+
+
 def run_state_put(*, run: Run, key: str, value, actor: Actor) -> None:
-    RunState.objects.update_or_create(run=run, key=key, defaults={"value": value})
+    """Writes one key of a run's state, within the run's quotas (keys, and bytes of all values)."""
+    size = len(RunState._meta.get_field("value").get_prep_value(value).encode())
+    with transaction.atomic():
+        _lock_run(run)
+        others = RunState.objects.filter(run=run).exclude(key=key)
+        used = others.aggregate(keys=Count("pk"), size=Sum(OctetLength("value")))
+        if used["keys"] + 1 > settings.RQ_RUN_MAX_STATE_KEYS:
+            raise QuotaExceeded("state_keys", settings.RQ_RUN_MAX_STATE_KEYS)
+        if (used["size"] or 0) + size > settings.RQ_RUN_MAX_STATE_BYTES:
+            raise QuotaExceeded("state_bytes", settings.RQ_RUN_MAX_STATE_BYTES)
+        RunState.objects.update_or_create(run=run, key=key, defaults={"value": value})
 
 
 def run_state_delete(*, run: Run, key: str, actor: Actor) -> bool:
@@ -131,7 +154,14 @@ def run_state_delete(*, run: Run, key: str, actor: Actor) -> bool:
 
 
 def run_file_add(*, run: Run, name: str, content_type: str, content, size: int, sha256: str, actor: Actor) -> RunFile:
+    """Stores one file of a run's environment, within the run's quotas (files, and bytes of all files)."""
     with transaction.atomic():
+        _lock_run(run)
+        used = RunFile.objects.filter(run=run).aggregate(files=Count("pk"), size=Sum("size"))
+        if used["files"] + 1 > settings.RQ_RUN_MAX_FILES:
+            raise QuotaExceeded("files", settings.RQ_RUN_MAX_FILES)
+        if (used["size"] or 0) + size > settings.RQ_RUN_MAX_FILE_BYTES:
+            raise QuotaExceeded("file_bytes", settings.RQ_RUN_MAX_FILE_BYTES)
         run_file = RunFile(run=run, name=name, content_type=content_type, size=size, sha256=sha256)
         run_file.file.save(name, content, save=False)
         run_file.save()
