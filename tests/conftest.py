@@ -190,3 +190,28 @@ def count_round_trips(monkeypatch):
         active = False
 
     return counting
+
+
+@pytest.fixture
+def live(cap):
+    """A run whose start invocation is being delivered: (run, invocation, its live token)."""
+    run = factories.start_run(cap)
+    invocation, token = factories.deliver_now(run)
+    return run, invocation, token
+
+
+@pytest.fixture
+def agent():
+    """A real HTTP agent on a free port that answers as each test scripts it (tests/agent_double.py)."""
+    from tests.agent_double import AgentDouble
+
+    double = AgentDouble()
+    yield double
+    double.close()
+
+
+@pytest.fixture
+def acap(agent, settings):
+    """The capability whose endpoint is `agent`, with a short retry schedule."""
+    settings.RQ_RETRY_SCHEDULE = [0, 5, 30, 120]
+    return factories.capability(name="pay_invoices", endpoint=agent.url, timeout_seconds=2.0)

@@ -1,6 +1,9 @@
 """Builders for test data. They go through services.py, as production does."""
 
+import hashlib
+
 from django.contrib.auth import get_user_model
+from django.core.files.base import ContentFile
 
 from holds import services
 from holds.auth import SYSTEM, actor_for_account, actor_for_user, run_token_for
@@ -37,6 +40,19 @@ def deliver_now(run: Run) -> tuple[Invocation, str]:
     claim = services.invocation_claim(invocation_id=invocation.id)
     assert claim is not None, "the invocation was not due"
     return claim.invocation, run_token_for(invocation.id)
+
+
+def run_file(run: Run, name="a.pdf", content=b"%PDF-1.4", content_type="application/pdf"):
+    """A file of the run's environment, stored through services.run_file_add as an upload is."""
+    return services.run_file_add(
+        run=run,
+        name=name,
+        content_type=content_type,
+        content=ContentFile(content),
+        size=len(content),
+        sha256=hashlib.sha256(content).hexdigest(),
+        actor=SYSTEM,
+    )
 
 
 def answer(invocation: Invocation, body: dict) -> str:

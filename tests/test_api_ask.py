@@ -10,13 +10,6 @@ from tests import factories
 pytestmark = pytest.mark.django_db
 
 
-@pytest.fixture
-def live(cap):
-    run = factories.start_run(cap)
-    invocation, token = factories.deliver_now(run)
-    return run, invocation, token
-
-
 def test_it_creates_a_pending_hold_with_its_items(api, live):
     run, invocation, token = live
     response = api.post("/v0/holds", factories.ask_body(3), token=token)

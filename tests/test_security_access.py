@@ -2,7 +2,6 @@
 whether something exists (issue 21, items 8, 9 and 10)."""
 
 import pytest
-from django.core.files.base import ContentFile
 from django.test import Client
 
 from holds import services
@@ -13,22 +12,7 @@ pytestmark = pytest.mark.django_db
 
 
 def add_file(run, name="a.pdf") -> RunFile:
-    return services.run_file_add(
-        run=run,
-        name=name,
-        content_type="application/pdf",
-        content=ContentFile(b"%PDF-1.4 secret"),
-        size=15,
-        sha256="0" * 64,
-        actor=factories.SYSTEM,
-    )
-
-
-@pytest.fixture
-def live(cap):
-    run = factories.start_run(cap)
-    invocation, token = factories.deliver_now(run)
-    return run, invocation, token
+    return factories.run_file(run, name=name, content=b"%PDF-1.4 secret", content_type="application/pdf")
 
 
 def session(user) -> Client:

@@ -1,7 +1,6 @@
 """Files served safely: nosniff, our recorded type, only safe types inline, and only to who may see the hold."""
 
 import pytest
-from django.core.files.base import ContentFile
 from django.test import Client
 
 from holds import services
@@ -31,15 +30,7 @@ SVG = b'<svg xmlns="http://www.w3.org/2000/svg" onload="alert(1)"><script>alert(
 
 
 def add_file(run, content_type: str, name="f.bin", content=SVG) -> RunFile:
-    return services.run_file_add(
-        run=run,
-        name=name,
-        content_type=content_type,
-        content=ContentFile(content),
-        size=len(content),
-        sha256="0" * 64,
-        actor=factories.SYSTEM,
-    )
+    return factories.run_file(run, name=name, content=content, content_type=content_type)
 
 
 def shown(run, *file_ids: str) -> None:

@@ -12,7 +12,6 @@ import re
 import pytest
 import schemathesis
 from django.core.cache import cache
-from django.core.files.base import ContentFile
 from django.core.wsgi import get_wsgi_application
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
@@ -59,15 +58,7 @@ def fuzz_world(cap, settings):
     _, hold = factories.held_hold(cap)
     run = factories.start_run(cap)
     invocation, token = factories.deliver_now(run)
-    services.run_file_add(
-        run=run,
-        name="a.pdf",
-        content_type="application/pdf",
-        content=ContentFile(b"%PDF-1.4"),
-        size=8,
-        sha256="0" * 64,
-        actor=factories.SYSTEM,
-    )
+    factories.run_file(run, name="a.pdf", content=b"%PDF-1.4", content_type="application/pdf")
     services.run_state_put(run=run, key="progress", value={"step": 1}, actor=factories.SYSTEM)
     # A member's key: it reads and decides, but cannot fail the fuzzing run and kill its token.
     _, key = factories.account("fuzzer", role="member")

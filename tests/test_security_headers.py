@@ -273,21 +273,12 @@ def test_it_marks_every_signed_in_page_private_and_not_to_be_stored(pages):
 
 @pytest.mark.django_db
 def test_it_marks_file_downloads_and_api_answers_private_and_not_to_be_stored(client, cap, member, member_key):
-    from django.core.files.base import ContentFile
 
     from holds import services
 
     run = factories.start_run(cap)
     invocation, token = factories.deliver_now(run)
-    run_file = services.run_file_add(
-        run=run,
-        name="a.pdf",
-        content_type="application/pdf",
-        content=ContentFile(b"%PDF-1.4"),
-        size=8,
-        sha256="0" * 64,
-        actor=factories.SYSTEM,
-    )
+    run_file = factories.run_file(run, name="a.pdf", content=b"%PDF-1.4", content_type="application/pdf")
     hold = services.hold_ask(invocation=invocation, body=factories.ask_body(files=[run_file.public_id]))
     key = {"authorization": f"Bearer {member_key}"}
     answers = [

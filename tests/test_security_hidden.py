@@ -133,19 +133,10 @@ def test_it_flags_hidden_characters_in_the_history(signed_in, cap, member):
 
 
 def test_it_flags_hidden_characters_in_file_names(signed_in, cap):
-    from django.core.files.base import ContentFile
 
     run = factories.start_run(cap)
     invocation, _ = factories.deliver_now(run)
-    run_file = services.run_file_add(
-        run=run,
-        name="invoice\u202egpj.exe",
-        content_type="image/jpeg",
-        content=ContentFile(b"x"),
-        size=1,
-        sha256="0" * 64,
-        actor=factories.SYSTEM,
-    )
+    run_file = factories.run_file(run, name="invoice\u202egpj.exe", content=b"x", content_type="image/jpeg")
     hold = services.hold_ask(invocation=invocation, body=factories.ask_body(files=[run_file.public_id]))
     html = signed_in.get(f"/holds/{hold.public_id}").content.decode()
     files = html[html.index('id="files-title"') :]

@@ -11,7 +11,6 @@ from html.parser import HTMLParser
 from pathlib import Path
 
 import pytest
-from django.core.files.base import ContentFile
 
 from holds import services
 from holds.auth import actor_for_account
@@ -66,15 +65,7 @@ def hostile_ask(files=()) -> dict:
 
 def hostile_files(run) -> list:
     return [
-        services.run_file_add(
-            run=run,
-            name=name,
-            content_type="text/html",
-            content=ContentFile(b"<script>window.__pwned=1</script>"),
-            size=33,
-            sha256="0" * 64,
-            actor=factories.SYSTEM,
-        )
+        factories.run_file(run, name=name, content=b"<script>window.__pwned=1</script>", content_type="text/html")
         for name in FILE_NAMES
     ]
 

@@ -14,22 +14,8 @@ from holds.auth import SYSTEM, actor_for_account, run_token_for
 from holds.errors import Forbidden
 from holds.models import AuditEvent, Capability, DeliveryAttempt, Hold, Invocation, Run
 from tests import factories
-from tests.agent_double import AgentDouble
 
 pytestmark = pytest.mark.django_db
-
-
-@pytest.fixture
-def agent():
-    double = AgentDouble()
-    yield double
-    double.close()
-
-
-@pytest.fixture
-def acap(agent, settings):
-    settings.RQ_RETRY_SCHEDULE = [0, 5, 30, 120]
-    return factories.capability(name="pay_invoices", endpoint=agent.url, timeout_seconds=2.0)
 
 
 def due_now(invocation_id):

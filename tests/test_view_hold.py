@@ -6,7 +6,6 @@ import re
 from datetime import timedelta
 
 import pytest
-from django.core.files.base import ContentFile
 from django.utils import timezone
 
 from holds import services
@@ -296,23 +295,9 @@ def test_it_needs_csrf_to_decide(cap, member):
 def test_it_shows_files_and_serves_them_to_reviewers_only(client, signed_in, cap):
     run = factories.start_run(cap)
     invocation, _ = factories.deliver_now(run)
-    png = services.run_file_add(
-        run=run,
-        name="scan.png",
-        content_type="image/png",
-        content=ContentFile(b"\x89PNG"),
-        size=4,
-        sha256="x",
-        actor=factories.SYSTEM,
-    )
-    page_html = services.run_file_add(
-        run=run,
-        name="page.html",
-        content_type="text/html",
-        content=ContentFile(b"<script>alert(1)</script>"),
-        size=25,
-        sha256="y",
-        actor=factories.SYSTEM,
+    png = factories.run_file(run, name="scan.png", content=b"\x89PNG", content_type="image/png")
+    page_html = factories.run_file(
+        run, name="page.html", content=b"<script>alert(1)</script>", content_type="text/html"
     )
     hold = services.hold_ask(invocation=invocation, body=factories.ask_body(files=[png.public_id, page_html.public_id]))
     body = signed_in.get(url(hold)).content.decode()

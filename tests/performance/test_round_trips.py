@@ -13,29 +13,8 @@ from holds.errors import Conflict
 from holds.models import AuditEvent, DeliveryAttempt, Invocation, PendingCount, Run
 from holds.services.transactions import one_round_trip
 from tests import factories
-from tests.agent_double import AgentDouble
 
 pytestmark = pytest.mark.django_db
-
-
-@pytest.fixture
-def agent():
-    double = AgentDouble()
-    yield double
-    double.close()
-
-
-@pytest.fixture
-def acap(agent, settings):
-    settings.RQ_RETRY_SCHEDULE = [0, 5, 30, 120]
-    return factories.capability(name="pay_invoices", endpoint=agent.url, timeout_seconds=2.0)
-
-
-@pytest.fixture
-def live(cap):
-    run = factories.start_run(cap)
-    invocation, token = factories.deliver_now(run)
-    return run, invocation, token
 
 
 def _decided_resume(acap) -> Invocation:
