@@ -200,6 +200,10 @@ class Transport(virtual.Transport):
     def driver_version(self):
         return psycopg.__version__
 
+    @property
+    def default_connection_params(self):
+        return {}  # the database comes from transport_options["dsn"], not from the URL's host
+
     def drain_events(self, connection, timeout=None):
         """Delivers one message; between empty looks it waits for a NOTIFY (a publish) or, while the
         prefetch limit holds it back, for an ack of its own."""

