@@ -42,31 +42,43 @@ SCHEMA = [
 # One statement and one round trip: the row, and the NOTIFY that wakes idle consumers at its commit.
 PUT = f"""WITH m AS (INSERT INTO {TABLE} (queue, tag, payload) VALUES (%s, %s, %s) RETURNING queue)
     SELECT pg_notify('{CHANNEL}', queue) FROM m"""
-# Reserve the oldest visible message for the visibility timeout; a row another consumer holds is skipped.
+# Reserve the oldest visible message above `floor` for the visibility timeout; a row another consumer
+# holds is skipped.
 GET = f"""UPDATE {TABLE} SET visible_at = now() + make_interval(secs => %s)
-    WHERE id = (SELECT id FROM {TABLE} WHERE queue = %s AND visible_at <= now()
+    WHERE id = (SELECT id FROM {TABLE} WHERE queue = %s AND id > %s AND visible_at <= now()
                 ORDER BY id LIMIT 1 FOR UPDATE SKIP LOCKED)
-    RETURNING payload"""
+    RETURNING id, payload"""
 # Taken without ack (no_ack consumers): the row goes at once.
 GET_AND_DELETE = f"""DELETE FROM {TABLE}
-    WHERE id = (SELECT id FROM {TABLE} WHERE queue = %s AND visible_at <= now()
+    WHERE id = (SELECT id FROM {TABLE} WHERE queue = %s AND id > %s AND visible_at <= now()
                 ORDER BY id LIMIT 1 FOR UPDATE SKIP LOCKED)
-    RETURNING payload"""
+    RETURNING id, payload"""
 ACK = f"DELETE FROM {TABLE} WHERE tag = %s"
-# Back to the queue now (reject with requeue, a channel closing with unacked messages).
-RESTORE = f"""WITH m AS (UPDATE {TABLE} SET visible_at = now() WHERE tag = ANY(%s) RETURNING queue)
+# Back to the queue now (reject with requeue, a channel closing with unacked messages), under a new id
+# so that it is above every consumer's floor.
+RESTORE = f"""WITH old AS (DELETE FROM {TABLE} WHERE tag = ANY(%s) RETURNING queue, tag, payload),
+    m AS (INSERT INTO {TABLE} (queue, tag, payload) SELECT queue, tag, payload FROM old RETURNING queue)
     SELECT pg_notify('{CHANNEL}', queue) FROM m"""
 SIZE = f"SELECT count(*) FROM {TABLE} WHERE queue = %s AND visible_at <= now()"
 PURGE = f"DELETE FROM {TABLE} WHERE queue = %s AND visible_at <= now()"
 DELETE_QUEUE = f"DELETE FROM {TABLE} WHERE queue = %s"
+
+# A consumer looks above the last id it took: below it are mostly deleted rows, which a scan from
+# the start of the index walks through one by one while a long transaction anywhere on the server
+# keeps them from being cleaned up. Every RESCAN seconds, and before it reports a queue empty, it
+# looks from the start, for a row that committed late or whose visibility timeout ran out.
+RESCAN = 1.0
 
 _schema_ready: set[str] = set()
 _schema_lock = threading.Lock()
 
 
 def connect(dsn: str, connect_timeout: float | None) -> psycopg.Connection:
-    # libpq takes whole seconds, at least 2.
-    return psycopg.connect(dsn, autocommit=True, connect_timeout=max(2, int(connect_timeout or 10)))
+    conn = psycopg.connect(dsn, autocommit=True, connect_timeout=max(2, int(connect_timeout or 10)))  # whole seconds
+    # Each put, take and ack is a commit; not waiting for its WAL flush makes them several times
+    # faster. A database crash can then lose the last moments' messages, which the relay sends again.
+    conn.execute("SET synchronous_commit = off")
+    return conn
 
 
 def ensure_schema(conn: psycopg.Connection, dsn: str) -> None:
@@ -126,6 +138,8 @@ class Channel(virtual.Channel):
         if not self.dsn:
             raise ValueError("the rqpg transport needs transport_options['dsn'] (settings.py sets it)")
         self._no_ack_queues: set[str] = set()
+        self._floor: dict[str, int] = {}
+        self._rescan_at: dict[str, float] = {}
         self.conn = connect(self.dsn, connection.client.connect_timeout)
         try:
             ensure_schema(self.conn, self.dsn)
@@ -140,13 +154,24 @@ class Channel(virtual.Channel):
         self.sql(PUT, [queue, message["properties"]["delivery_tag"], dumps(message)])
 
     def _get(self, queue, timeout=None):
-        if queue in self._no_ack_queues:
-            row = self.sql(GET_AND_DELETE, [queue]).fetchone()
-        else:
-            row = self.sql(GET, [self.visibility_timeout, queue]).fetchone()
+        floor = self._floor.get(queue, 0)
+        if monotonic() >= self._rescan_at.get(queue, 0):
+            floor = 0
+        row = self._take(queue, floor)
+        if row is None and floor:
+            floor = 0
+            row = self._take(queue, 0)
+        if floor == 0:
+            self._rescan_at[queue] = monotonic() + RESCAN
         if row is None:
             raise virtual.Empty()
-        return loads(row[0])
+        self._floor[queue] = row[0]
+        return loads(row[1])
+
+    def _take(self, queue: str, floor: int):
+        if queue in self._no_ack_queues:
+            return self.sql(GET_AND_DELETE, [queue, floor]).fetchone()
+        return self.sql(GET, [self.visibility_timeout, queue, floor]).fetchone()
 
     def basic_consume(self, queue, no_ack, callback, consumer_tag, **kwargs):
         if no_ack:

@@ -181,12 +181,11 @@ else:
 # Celery: Redis when REDIS_URL is set, else reviewqueue/broker.py's transport on the app's own
 # PostgreSQL database (a real broker between real processes, not eager mode).
 CELERY_BROKER_URL = env_str("CELERY_BROKER_URL", REDIS_URL or "rqpg://")
-CELERY_BROKER_TRANSPORT_OPTIONS = (
-    # A message reserved by a worker that died comes back after an hour, as on Redis.
-    {"dsn": libpq_dsn(DATABASES["default"]), "visibility_timeout": 3600}
-    if CELERY_BROKER_URL.startswith("rqpg:")
-    else {"visibility_timeout": 3600}
-)
+# A message taken by a worker that died without acking it is delivered again after this many seconds.
+RQ_BROKER_VISIBILITY_TIMEOUT = env_int("RQ_BROKER_VISIBILITY_TIMEOUT", 3600)
+CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": RQ_BROKER_VISIBILITY_TIMEOUT}
+if CELERY_BROKER_URL.startswith("rqpg:"):
+    CELERY_BROKER_TRANSPORT_OPTIONS["dsn"] = libpq_dsn(DATABASES["default"])
 # Extra task modules for a worker, e.g. the bare hop that bench/resume.py measures against.
 CELERY_IMPORTS = env_list("RQ_CELERY_IMPORTS", [])
 CELERY_TASK_ACKS_LATE = True
