@@ -27,4 +27,5 @@ bench: $(STAMP)
 	@scripts/bench
 
 clean:
+	@test ! -x $(PY) || $(PY) scripts/embedded_postgres.py stop var/pgdata
 	rm -rf $(VENV) var
