@@ -174,3 +174,36 @@ def test_it_make_run_serves_the_sign_in_page_and_ctrl_c_stops_every_process(tmp_
     assert "stopped." in (tmp_path / "run.txt").read_text()
     assert alive == [], [p.cmdline() for p in alive]
     assert stray == []
+
+
+@pytest.mark.parametrize(
+    ("env", "message"),
+    [
+        ({"DEBUG": "0"}, "DATABASE_URL is required unless DEBUG=1"),
+        ({"DEBUG": "1", "DATABASE_URL": "sqlite:///var/db.sqlite3"}, "DATABASE_URL must be a PostgreSQL URL"),
+    ],
+)
+def test_it_refuses_to_start_without_postgresql(env, message):
+    done = subprocess.run(
+        [sys.executable, "manage.py", "check"],
+        cwd=ROOT,
+        env=shell_env(**env),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode != 0 and message in done.stderr, done.stderr[-2000:]
+
+
+def test_it_defaults_under_debug_to_the_embedded_servers_socket_in_var():
+    code = "from django.conf import settings as s; d = s.DATABASES['default']; print(d['HOST'], d['NAME'])"
+    done = subprocess.run(
+        [sys.executable, "-c", f"import django; django.setup(); {code}"],
+        cwd=ROOT,
+        env=shell_env(DEBUG="1", RQ_VAR_DIR="/srv/rq var", DJANGO_SETTINGS_MODULE="reviewqueue.settings"),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split("\n")[-2] == "/srv/rq var/pgdata reviewqueue"
