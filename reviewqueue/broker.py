@@ -14,12 +14,15 @@ and with Redis it does not exist at all. Fanout exchanges are not supported, so 
 worker without remote control, gossip and mingle (as it does on SQS).
 """
 
+import logging
 import threading
 from time import monotonic
 
 import psycopg
 from kombu.transport import TRANSPORT_ALIASES, virtual
 from kombu.utils.json import dumps, loads
+
+log = logging.getLogger(__name__)
 
 TABLE = "rq_broker_message"
 CHANNEL = "rq_broker"
@@ -121,9 +124,9 @@ class QoS(virtual.QoS):
             return []
         try:
             self.channel.sql(RESTORE, [tags])
-        except psycopg.Error as exc:
-            # The database is gone: the rows come back by themselves when their timeout ends.
-            return [(exc, tag) for tag in tags]
+        except psycopg.Error:
+            # Nothing is lost: the rows are still there and come back when their timeout ends.
+            log.warning("could not put %d unacked message(s) back; they return after the visibility timeout", len(tags))
         return []
 
 
