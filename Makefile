@@ -28,4 +28,5 @@ bench: $(STAMP)
 	@scripts/bench
 
 clean:
+	@test ! -x $(PY) || $(PY) scripts/embedded_postgres.py stop var/pgdata
 	rm -rf $(VENV) var

@@ -5,6 +5,8 @@ import os
 from celery import Celery
 from celery.signals import task_postrun, task_prerun
 
+from . import broker  # noqa: F401  (registers rqpg://, the no-Redis default broker)
+
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "reviewqueue.settings")
 
 app = Celery("reviewqueue")

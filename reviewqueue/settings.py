@@ -7,10 +7,12 @@ production; `DEBUG=1` switches on the explicit development ones.
 
 import os
 from pathlib import Path
+from urllib.parse import quote
 
 import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 from django.utils.csp import CSP
+from psycopg.conninfo import make_conninfo
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
@@ -148,43 +150,49 @@ TEMPLATES = [
     },
 ]
 
-# The embedded default is a SQLite file so that `make run` works anywhere; tests and
-# production set DATABASE_URL (PostgreSQL).
-DATABASES = {
-    "default": dj_database_url.parse(
-        env_str("DATABASE_URL", f"sqlite:///{RQ_VAR_DIR / 'reviewqueue.sqlite3'}"),
-        conn_max_age=env_int("DB_CONN_MAX_AGE", 0),
+# PostgreSQL only. Under DEBUG the default is the embedded server that `make run` starts under
+# RQ_VAR_DIR (scripts/embedded_postgres.py: a Unix socket in var/pgdata); production sets DATABASE_URL.
+if DEBUG:
+    DATABASE_URL = env_str(
+        "DATABASE_URL", f"postgres://postgres@{quote(str(RQ_VAR_DIR / 'pgdata'), safe='')}/reviewqueue"
     )
-}
-if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
-    Path(DATABASES["default"]["NAME"]).parent.mkdir(parents=True, exist_ok=True)
-    # WAL and a busy timeout let the web server, the worker and beat share one file.
-    DATABASES["default"]["OPTIONS"] = {
-        "timeout": 20,
-        "transaction_mode": "IMMEDIATE",
-        "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
-    }
+else:
+    DATABASE_URL = env_str("DATABASE_URL")
+    if not DATABASE_URL:
+        raise ImproperlyConfigured(
+            "DATABASE_URL is required unless DEBUG=1, e.g. postgres://user@host:5432/reviewqueue"
+        )
+DATABASES = {"default": dj_database_url.parse(DATABASE_URL, conn_max_age=env_int("DB_CONN_MAX_AGE", 0))}
+if DATABASES["default"]["ENGINE"] != "django.db.backends.postgresql":
+    raise ImproperlyConfigured(
+        f"DATABASE_URL must be a PostgreSQL URL (postgres://...), got {DATABASE_URL.split(':')[0]}://"
+    )
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+
+def libpq_dsn(database: dict) -> str:
+    """The database's libpq connection string, for what connects without Django (the broker)."""
+    fields = {"dbname": "NAME", "user": "USER", "password": "PASSWORD", "host": "HOST", "port": "PORT"}
+    params = {key: database[name] for key, name in fields.items() if database.get(name)}
+    # Query-string options (sslmode, ...) are libpq's too; assume_role is Django's own.
+    options = database.get("OPTIONS", {}).items()
+    params.update((key, value) for key, value in options if isinstance(value, str | int) and key != "assume_role")
+    return make_conninfo(**params)
+
 
 if REDIS_URL:
     CACHES = {"default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": REDIS_URL}}
 else:
     CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
 
-# Celery: Redis when REDIS_URL is set, else the filesystem transport under var/ (a real
-# broker between real processes, not eager mode).
-CELERY_BROKER_URL = env_str("CELERY_BROKER_URL", REDIS_URL or "filesystem://")
-CELERY_BROKER_TRANSPORT_OPTIONS = (
-    {"visibility_timeout": 3600}
-    if REDIS_URL
-    else {
-        "data_folder_in": str(RQ_VAR_DIR / "broker"),
-        "data_folder_out": str(RQ_VAR_DIR / "broker"),
-        "processed_folder": str(RQ_VAR_DIR / "broker-processed"),
-        "control_folder": str(RQ_VAR_DIR / "broker-control"),
-        "store_processed": False,
-    }
-)
+# Celery: Redis when REDIS_URL is set, else reviewqueue/broker.py's transport on the app's own
+# PostgreSQL database (a real broker between real processes, not eager mode).
+CELERY_BROKER_URL = env_str("CELERY_BROKER_URL", REDIS_URL or "rqpg://")
+# A message taken by a worker that died without acking it is delivered again after this many seconds.
+RQ_BROKER_VISIBILITY_TIMEOUT = env_int("RQ_BROKER_VISIBILITY_TIMEOUT", 3600)
+CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": RQ_BROKER_VISIBILITY_TIMEOUT}
+if CELERY_BROKER_URL.startswith("rqpg:"):
+    CELERY_BROKER_TRANSPORT_OPTIONS["dsn"] = libpq_dsn(DATABASES["default"])
 # Extra task modules for a worker, e.g. the bare hop that bench/resume.py measures against.
 CELERY_IMPORTS = env_list("RQ_CELERY_IMPORTS", [])
 CELERY_TASK_ACKS_LATE = True
