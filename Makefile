@@ -18,7 +18,6 @@ run: $(STAMP)
 
 test: $(STAMP)
 	@scripts/test
-	@scripts/test-ts
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .

@@ -13,6 +13,7 @@ import sys
 import time
 import urllib.request
 from pathlib import Path
+from urllib.parse import quote
 
 from django.db import connection
 
@@ -155,9 +156,9 @@ def _tcp_open(port: int) -> bool:
 def service_env(*, redis_url: str, public_url: str = "http://127.0.0.1:9", **extra) -> dict:
     """What the service's own processes need to share the test database and the test's keys."""
     db = connection.settings_dict
-    database_url = (
-        f"postgres://{db['USER'] or 'postgres'}@{db['HOST'] or '127.0.0.1'}:{db['PORT'] or 5432}/{db['NAME']}"
-    )
+    # An embedded server's HOST is its socket directory, which a URL carries percent-encoded.
+    host = quote(db["HOST"] or "127.0.0.1", safe="")
+    database_url = f"postgres://{db['USER'] or 'postgres'}@{host}:{db['PORT'] or 5432}/{db['NAME']}"
     env = {
         "DATABASE_URL": database_url,
         "REDIS_URL": redis_url,

@@ -95,11 +95,11 @@ def test_a_resume_delivery_is_four_round_trips(agent, acap, count_round_trips):
 
 
 def test_a_resume_delivery_costs_a_fixed_number_of_queries(agent, acap, django_assert_num_queries):
-    """Inside a test's transaction (savepoints instead of BEGIN and COMMIT), on either backend."""
+    """Inside a test's transaction (savepoints instead of BEGIN and COMMIT)."""
     resume = _decided_resume(acap)
     # PostgreSQL: claim (savepoint, one text with SET LOCAL and the UPDATE ... RETURNING, release);
     # record (savepoint, one text with the two locks, one with the writes: the invocation, the run's
-    # finish in two statements and the attempt; release). SQLite, the ORM: 17.
+    # finish in two statements and the attempt; release).
     with django_assert_num_queries(7):
         assert delivery.deliver(resume.id) == "answered"
     assert agent.requests[-1]["headers"]["webhook-id"] == resume.id
