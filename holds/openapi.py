@@ -32,7 +32,7 @@ def _errors(*codes: int) -> dict:
         403: "forbidden",
         404: "not_found",
         405: "method_not_allowed",
-        409: "a conflict (hold_open, already_decided, expired, cancelled, …)",
+        409: "a conflict (hold_open, already_decided, expired, cancelled, quota_exceeded naming the run's quota, …)",
         413: "too_large: the raw body is over the limit",
         422: "invalid: every bad field by path (or idempotency_mismatch)",
         429: "rate_limited: over this caller's rate; Retry-After (and retry_after) says how many seconds to wait",
@@ -138,7 +138,7 @@ def document() -> dict:
                 responses={
                     "201": _json(schemas.RunCreatedOut, "started"),
                     "200": _json(schemas.RunCreatedOut, "the run this Idempotency-Key started"),
-                    **_errors(400, 401, 403, 413, 422),
+                    **_errors(400, 401, 403, 413, 422, 429),
                 },
             ),
         },
@@ -176,7 +176,7 @@ def document() -> dict:
                 security=TOKEN,
                 params=[run_id, key_param],
                 raw_body={"required": True, "content": {"application/json": {"schema": {}}}},
-                responses={"204": {"description": "stored"}, **_errors(400, 401, 403, 404, 413)},
+                responses={"204": {"description": "stored"}, **_errors(400, 401, 403, 404, 409, 413)},
             ),
             "delete": _op(
                 "Delete a run-state value",
@@ -201,7 +201,7 @@ def document() -> dict:
                     "required": True,
                     "content": {"application/octet-stream": {"schema": {"type": "string", "format": "binary"}}},
                 },
-                responses={"201": _json(schemas.FileOut, "stored"), **_errors(401, 403, 413, 422)},
+                responses={"201": _json(schemas.FileOut, "stored"), **_errors(401, 403, 409, 413, 422)},
             ),
         },
         "/v0/files/{file_id}": {

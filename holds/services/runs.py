@@ -136,7 +136,8 @@ def _lock_run(run: Run) -> None:
 
 def run_state_put(*, run: Run, key: str, value, actor: Actor) -> None:
     """Writes one key of a run's state, within the run's quotas (keys, and bytes of all values)."""
-    size = len(RunState._meta.get_field("value").get_prep_value(value).encode())
+    stored = RunState._meta.get_field("value").get_prep_value(value)  # None: a JSON null, stored as NULL
+    size = len(stored.encode()) if stored is not None else 0
     with transaction.atomic():
         _lock_run(run)
         others = RunState.objects.filter(run=run).exclude(key=key)
