@@ -12,9 +12,6 @@ from ..schemas import blank_to_none, validate_decision
 from . import ports, sql
 from .transactions import insert_values, one_round_trip
 
-# An asker in these statuses may still answer: a resume decided meanwhile waits for that answer.
-LIVE_INVOCATION = (Invocation.Status.PENDING, Invocation.Status.DELIVERING)
-
 
 def hold_refusal(hold: Hold) -> Conflict:
     """The 409 for a hold that can no longer be decided, with who/when as SPEC asks."""
