@@ -37,6 +37,22 @@ def input_kind(value) -> str:
     return "json"
 
 
+SCHEMA_KINDS = {"integer": "integer", "number": "number", "boolean": "checkbox"}
+
+
+def schema_kinds(schema) -> dict[str, str]:
+    """Inputs an item's schema asks for where its data cannot say: a key asked as null (or as text)
+    whose schema property is a plain integer, number or boolean gets that input."""
+    properties = schema.get("properties") if isinstance(schema, dict) else None
+    if not isinstance(properties, dict):
+        return {}
+    return {
+        key: SCHEMA_KINDS[prop["type"]]
+        for key, prop in properties.items()
+        if isinstance(prop, dict) and isinstance(prop.get("type"), str) and prop["type"] in SCHEMA_KINDS
+    }
+
+
 def input_text(value) -> str:
     """The initial text of an edit input."""
     if isinstance(value, str):
@@ -103,8 +119,9 @@ class DecisionForm:
                 form.action = (
                     "approve" if approve_all and "approve" in form.actions else data.get(f"{prefix}-action", "")
                 )
+            declared = schema_kinds(item.schema)
             for n, (key, value) in enumerate((item.data or {}).items()):
-                kind = input_kind(value)
+                kind = declared.get(key) or input_kind(value)
                 name = f"{prefix}-f-{n}"
                 ef = EditField(index=n, key=key, original=value, kind=kind, name=name, text=input_text(value))
                 ef.checked = value is True if kind == "checkbox" else kind == "null"
