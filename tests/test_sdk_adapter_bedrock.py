@@ -265,7 +265,9 @@ def test_a_result_call_sends_run_actions_result_and_a_rejection_never_runs(rq, a
         bedrock = FakeBedrock([frame("returnControl", rc)], [chunk("ok")])
         ran = []
         server = agent(
-            BedrockAgent(bedrock.client, "A", "B", clock=Clock(), run_action=lambda e: ran.append(e) or "paid 50")
+            BedrockAgent(
+                bedrock.client, "A", "B", clock=Clock(), run_action=lambda e, ran=ran: ran.append(e) or "paid 50"
+            )
         )
         run_id = rq.start_run("refunds", {"prompt": "pay"}, endpoint=server.url)
         hold = rq.open_hold(run_id)

@@ -8,7 +8,8 @@ item; the hold offers approve and reject. `actionInvocationType` decides what an
 USER_CONFIRMATION confirms (Bedrock's Lambda runs the call); RESULT and USER_CONFIRMATION_AND_RESULT
 send what `run_action` returned, as the function's result (so an adapter built without `run_action`
 must say `confirm_only=True`, and a RESULT call then fails the run rather than pass an approval off as
-a result). Calls that `ask_for` leaves out go through without a hold, answered the same way. The decision goes back as `sessionState.returnControlInvocationResults`
+a result). Calls that `ask_for` leaves out go through without a hold, answered the same way.
+The decision goes back as `sessionState.returnControlInvocationResults`
 with `confirmationState` CONFIRM or DENY. A Bedrock session dies after the agent's
 `idleSessionTTLInSeconds` (at most 90 minutes); a decision that comes later starts a new session
 whose input carries the original request, the decision and the facts, and the call the reviewer
