@@ -417,7 +417,8 @@ class HoldItem(models.Model):
     confidence = models.JSONField(default=dict, blank=True)
     # Per-item actions replace the hold's for this item; null: the hold's.
     actions = models.JSONField(null=True, blank=True)
-    details = models.TextField(blank=True, default="")
+    # A database default too: bulk loaders (COPY) that predate item details leave it out.
+    details = models.TextField(blank=True, default="", db_default="")
     # Rendered once at the ask with the hold's details (markup.render_all); null: shown as plain text.
     details_html = models.TextField(null=True, blank=True)
     # A JSON Schema (draft 2020-12 or 07) that an edit of `data` must satisfy; null: the type rule.
