@@ -20,6 +20,8 @@ A plain `interrupt(value)` gets back what the docs' nodes read (`answer=`, infer
 - "truth" (otherwise): approve sends True, reject False, and an edit the edited value itself.
 - "decision": `{"action", "data", "comment"}` (this adapter's earlier shape), or a callable
   `(interrupt_value, decided_item | None) -> resume value`.
+`schema=` (a JSON Schema of the item's data, or a function of the interrupt value) makes the service
+refuse an edit that the node would not accept, while the reviewer can still correct it.
 """
 
 from __future__ import annotations
@@ -277,6 +279,7 @@ class LangGraphAgent:
         expires_in: int | None = None,
         config: dict[str, Any] | None = None,
         answer: str | Callable[[Any, DecidedItem | None], Any] | None = None,
+        schema: dict[str, Any] | Callable[[Any], dict[str, Any] | None] | None = None,
         in_memory_ok: bool = False,
     ):
         checkpointer = getattr(graph, "checkpointer", None)
@@ -298,6 +301,8 @@ class LangGraphAgent:
         self.expires_in = expires_in
         self.config = config or {}
         self.answer = answer
+        # A plain interrupt's item schema (of its data, e.g. {"value": ...}): what an edit must hold.
+        self.schema = schema
         self.schemas = tool_schemas(graph)
 
     def config_for(self, inv: Invocation) -> dict[str, Any]:
@@ -353,7 +358,10 @@ class LangGraphAgent:
             }
             if p.details:
                 item["details"] = p.details
-            if p.schema is not None:
+            own = self.schema(p.value) if callable(self.schema) else self.schema
+            if p.kind == "plain" and p.schema is None and own is not None:
+                item["schema"] = own
+            elif p.schema is not None:
                 item["schema"] = p.schema
             items.append(item)
         actions = hold_actions([i["actions"] for i in items])
