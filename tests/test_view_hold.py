@@ -445,3 +445,17 @@ def test_an_integer_field_takes_any_number(signed_in, cap):
     response = review_post(signed_in, hold, {**unchanged(), "item-0-action": "edit", "item-0-f-1": "12.5"})
     assert response.status_code == 200, response.content.decode()
     assert json.loads(confirmed(response))["items"][0]["data"]["amount"] == 12.5
+
+
+def test_a_schemas_property_type_picks_the_input_for_a_key_asked_as_null(signed_in, cap):
+    schema = {"type": "object", "properties": {"age": {"type": "integer", "minimum": 1}}}
+    body = factories.ask_body(items=[{"id": "Q", "title": "Age?", "data": {"age": None}, "schema": schema}])
+    _, hold = factories.held_hold(cap, body)
+    page = signed_in.get(url(hold)).content.decode()
+    assert 'type="number" id="item-0-f-0"' in page
+    response = review_post(signed_in, hold, {"item-0-action": "edit", "item-0-f-0": "30"})
+    assert response.status_code == 200, response.content.decode()
+    assert json.loads(confirmed(response))["items"][0]["data"] == {"age": 30}
+    response = review_post(signed_in, hold, {"item-0-action": "edit", "item-0-f-0": "0"})
+    assert response.status_code == 422
+    assert re.search(r'id="item-0-f-0-error">[^<]*minimum', response.content.decode())
