@@ -314,3 +314,31 @@ def test_a_resume_with_no_pending_interrupt_fails_naming_the_thread(rq, agent):
 def test_it_refuses_an_in_memory_checkpointer_unless_told():
     with pytest.raises(ValueError, match="in_memory_ok"):
         LangGraphAgent(payment_graph(InMemorySaver(), []))
+
+
+def test_a_response_schema_becomes_the_items_schema_and_the_node_gets_a_valid_value(rq, agent):
+    from pydantic import BaseModel
+
+    class Age(BaseModel):
+        age: int
+
+    class AgeState(TypedDict, total=False):
+        age: int
+
+    def ask_age(state):
+        return {"age": interrupt("How old are you?", response_schema=Age).age}
+
+    builder = StateGraph(AgeState)
+    builder.add_node("ask", ask_age)
+    builder.add_edge(START, "ask")
+    server = agent(LangGraphAgent(builder.compile(checkpointer=InMemorySaver()), in_memory_ok=True))
+    run_id = rq.start_run("cap", {}, endpoint=server.url)
+    hold = rq.open_hold(run_id)
+    (item,) = hold["items"]
+    assert item["data"] == {"age": None} and item["details"] == "How old are you?"
+    assert item["schema"]["properties"]["age"]["type"] == "integer"
+    assert item["actions"] == ["edit"]  # nothing to approve until a person answers; no way to say no
+    with pytest.raises(ValueError, match="data.age"):
+        rq.decide(hold["hold_id"], [{"id": item["id"], "action": "edit", "data": {"age": "thirty"}}])
+    answer = rq.decide(hold["hold_id"], [{"id": item["id"], "action": "edit", "data": {"age": 30}}])
+    assert answer == {"status": "completed", "output": {"age": 30}}
