@@ -91,7 +91,7 @@ def handlers(client=None):
     agent_id = os.environ.get("BEDROCK_AGENT_ID", "DEMOAGENT")
     alias_id = os.environ.get("BEDROCK_AGENT_ALIAS_ID", "DEMOALIAS")
     # Match the agent's idleSessionTTLInSeconds: later decisions start a new session.
-    return {"pay_with_bedrock": BedrockAgent(client, agent_id, alias_id, idle_session_ttl=600)}
+    return {"pay_with_bedrock": BedrockAgent(client, agent_id, alias_id, idle_session_ttl=600, confirm_only=True)}
 
 
 def demo() -> None:

@@ -43,7 +43,7 @@ def build(path: str = "langgraph-checkpoints.sqlite"):
 
 
 def handlers(path: str = "langgraph-checkpoints.sqlite"):
-    return {"pay_with_langgraph": LangGraphAgent(build(path), details="One payment per step.")}
+    return {"pay_with_langgraph": LangGraphAgent(build(path), details="One payment per step.", answer="decision")}
 
 
 def demo() -> None:

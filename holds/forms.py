@@ -11,6 +11,7 @@ import json
 import re
 from dataclasses import dataclass, field
 
+from . import services
 from .models import Hold, HoldItem
 from .rendering import json_type
 from .schemas import blank_to_none, changed_fields, finite_float, parse_json, validate_decision
@@ -34,6 +35,22 @@ def input_kind(value) -> str:
     if value is None:
         return "null"
     return "json"
+
+
+SCHEMA_KINDS = {"integer": "integer", "number": "number", "boolean": "checkbox"}
+
+
+def schema_kinds(schema) -> dict[str, str]:
+    """Inputs an item's schema asks for where its data cannot say: a key asked as null (or as text)
+    whose schema property is a plain integer, number or boolean gets that input."""
+    properties = schema.get("properties") if isinstance(schema, dict) else None
+    if not isinstance(properties, dict):
+        return {}
+    return {
+        key: SCHEMA_KINDS[prop["type"]]
+        for key, prop in properties.items()
+        if isinstance(prop, dict) and isinstance(prop.get("type"), str) and prop["type"] in SCHEMA_KINDS
+    }
 
 
 def input_text(value) -> str:
@@ -67,6 +84,7 @@ class EditField:
 class ItemForm:
     item: HoldItem
     prefix: str
+    actions: list[str] = field(default_factory=list)  # this item's own, else the hold's
     action: str = ""
     fields: list[EditField] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
@@ -94,13 +112,16 @@ class DecisionForm:
         approve_all = self.bound and data.get("approve_all") is not None
         for item in items:
             prefix = f"item-{item.position}"
-            form = ItemForm(item=item, prefix=prefix)
+            own = item.effective_actions(hold.actions or [])
+            form = ItemForm(item=item, prefix=prefix, actions=[a for a in ACTION_LABELS if a in own])
             if self.bound:
+                # Approve all touches only the items that offer approve; the others keep their choice.
                 form.action = (
-                    "approve" if approve_all and "approve" in self.actions else data.get(f"{prefix}-action", "")
+                    "approve" if approve_all and "approve" in form.actions else data.get(f"{prefix}-action", "")
                 )
+            declared = schema_kinds(item.schema)
             for n, (key, value) in enumerate((item.data or {}).items()):
-                kind = input_kind(value)
+                kind = declared.get(key) or input_kind(value)
                 name = f"{prefix}-f-{n}"
                 ef = EditField(index=n, key=key, original=value, kind=kind, name=name, text=input_text(value))
                 ef.checked = value is True if kind == "checkbox" else kind == "null"
@@ -123,8 +144,8 @@ class DecisionForm:
         for form in self.items:
             if not form.action:
                 form.errors.append("Choose an action for this item.")
-            elif form.action not in self.actions:
-                form.errors.append("This hold does not offer that action.")
+            elif form.action not in form.actions:
+                form.errors.append("This item does not offer that action.")
             if form.action == "edit":
                 form.new_data = self._parse_edit(form)
         body = {
@@ -132,9 +153,7 @@ class DecisionForm:
             "comment": blank_to_none(self.comment),
         }
         if not any(f.errors or any(e.error for e in f.fields) for f in self.items):
-            _, problems = validate_decision(
-                body, asked={f.item.item_id: f.item.data for f in self.items}, actions=self.actions
-            )
+            _, problems = validate_decision(body, asked=services.asked_items(self.hold, [f.item for f in self.items]))
             self._place(problems)
         invalid = bool(self.errors or self.comment_error) or any(
             f.errors or any(e.error for e in f.fields) for f in self.items
@@ -165,15 +184,37 @@ class DecisionForm:
             if where.startswith("items[") and "]" in where:
                 index = int(where[6 : where.index("]")])
                 form = self.items[index]
+                edit_field = self._field_at(form, where[where.index("]") + 1 :])
                 if where.endswith(".comment"):
                     form.errors.append("Feedback needs a comment: write one in Comment.")
                     self.comment_error = "Feedback needs a comment."
+                elif edit_field is not None:
+                    edit_field.error = message
                 else:
                     form.errors.append(message)
             elif where == "comment":
                 self.comment_error = message
             else:
                 self.errors.append(message)
+
+    @staticmethod
+    def _field_at(form: ItemForm, rest: str) -> EditField | None:
+        """The edit input that a problem at `.data.<key>...` is about (the longest key that fits, since
+        a key may itself hold dots), or None."""
+        if not rest.startswith(".data."):
+            return None
+        rest = rest[len(".data.") :]
+        fits = [ef for ef in form.fields if rest == ef.key or rest.startswith((ef.key + ".", ef.key + "["))]
+        return max(fits, key=lambda ef: len(ef.key), default=None)
+
+    @property
+    def offers_approve_all(self) -> bool:
+        """The approve-all shortcut is offered when at least one item offers approve."""
+        return any("approve" in form.actions for form in self.items)
+
+    @property
+    def every_item_approves(self) -> bool:
+        return all("approve" in form.actions for form in self.items)
 
     @property
     def summary(self) -> dict:
@@ -195,11 +236,17 @@ def parse_typed(ef: EditField):
     if ef.kind == "checkbox":
         return ef.checked
     if ef.kind == "integer":
+        # Any number fits a number (SPEC's type rule); a whole number stays an integer.
         stripped = text.strip()
         digits = stripped[1:] if stripped[:1] in "+-" else stripped
-        if not digits.isdigit() or not digits.isascii():
-            raise ValueError("Enter a whole number (this field is an integer).")
-        return int(stripped)
+        if digits.isdigit() and digits.isascii():
+            return int(stripped)
+        try:
+            if not JSON_NUMBER.fullmatch(stripped):
+                raise ValueError(stripped)
+            return finite_float(stripped)
+        except ValueError:
+            raise ValueError("Enter a number, such as 12 or 12.5.") from None
     if ef.kind == "number":
         stripped = text.strip()
         try:

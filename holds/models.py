@@ -415,6 +415,14 @@ class HoldItem(models.Model):
     title = models.CharField(max_length=1000)
     data = ExactJSONField()
     confidence = models.JSONField(default=dict, blank=True)
+    # Per-item actions replace the hold's for this item; null: the hold's.
+    actions = models.JSONField(null=True, blank=True)
+    # A database default too: bulk loaders (COPY) that predate item details leave it out.
+    details = models.TextField(blank=True, default="", db_default="")
+    # Rendered once at the ask with the hold's details (markup.render_all); null: shown as plain text.
+    details_html = models.TextField(null=True, blank=True)
+    # A JSON Schema (draft 2020-12 or 07) that an edit of `data` must satisfy; null: the type rule.
+    schema = ExactJSONField(null=True, blank=True)
     # The per-item decision, written with the hold's decision in one transaction.
     action = models.CharField(max_length=10, choices=Action.choices, blank=True, default="")
     decided_data = ExactJSONField(null=True, blank=True)
@@ -429,6 +437,10 @@ class HoldItem(models.Model):
 
     def __str__(self) -> str:
         return f"{public_id(HOLD, self.hold_id)} {self.item_id}"
+
+    def effective_actions(self, hold_actions: list[str]) -> list[str]:
+        """SPEC: an item without its own `actions` takes the hold's."""
+        return list(self.actions) if self.actions else list(hold_actions)
 
 
 class AuditEvent(models.Model):

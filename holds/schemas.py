@@ -8,10 +8,12 @@ against its hold) from the checks below. The OpenAPI document is built from thes
 import json
 import math
 import re
+from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
 import jsonschema
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError
+import jsonschema_rs
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError, field_validator
 
 ACTIONS = ("approve", "edit", "reject", "feedback")
 Action = Literal["approve", "edit", "reject", "feedback"]
@@ -22,6 +24,18 @@ MAX_STATE_BYTES = 1024 * 1024
 MAX_FILE_BYTES = 25 * 1024 * 1024
 MIN_EXPIRES_IN = 60
 MAX_EXPIRES_IN = 30 * 24 * 3600
+# SPEC "Per-item actions, details and schema": each at most 64 KiB (UTF-8 bytes; the schema as compact JSON).
+MAX_ITEM_DETAILS_BYTES = 64 * 1024
+MAX_ITEM_SCHEMA_BYTES = 64 * 1024
+DRAFT_2020_12 = "https://json-schema.org/draft/2020-12/schema"
+DRAFT_07 = "http://json-schema.org/draft-07/schema"
+# `$schema` as written -> the validator of that draft (an absent `$schema` means 2020-12).
+DRAFTS = {
+    DRAFT_2020_12: jsonschema_rs.Draft202012Validator,
+    DRAFT_2020_12 + "#": jsonschema_rs.Draft202012Validator,
+    DRAFT_07: jsonschema_rs.Draft7Validator,
+    DRAFT_07 + "#": jsonschema_rs.Draft7Validator,
+}
 
 
 class Strict(BaseModel):
@@ -33,6 +47,25 @@ class ItemIn(Strict):
     title: Annotated[str, StringConstraints(min_length=1, max_length=1000)]
     data: dict[str, Any]
     confidence: dict[str, Annotated[float, Field(ge=0, le=1)]] | None = None
+    # For this item they replace the hold's actions (SPEC "Per-item actions, details and schema").
+    actions: Annotated[list[Action], Field(min_length=1, max_length=4)] | None = Field(
+        default=None, description="this item's actions; they replace the hold's for this item"
+    )
+    details: str | None = Field(default=None, description="markdown shown with the item (at most 64 KiB)")
+    # `schema` would shadow a BaseModel attribute; the wire name is the alias.
+    schema_: dict[str, Any] | None = Field(
+        default=None,
+        alias="schema",
+        description="JSON Schema (draft 2020-12, or draft-07 by $schema; local $ref only; at most 64 KiB) "
+        "that an edit of data must satisfy; without it each key keeps its asked JSON type",
+    )
+
+    @field_validator("details")
+    @classmethod
+    def _details_size(cls, value: str | None) -> str | None:
+        if value is not None and len(value.encode()) > MAX_ITEM_DETAILS_BYTES:
+            raise ValueError(f"details are limited to {MAX_ITEM_DETAILS_BYTES} bytes")
+        return value
 
 
 class AskIn(Strict):
@@ -97,13 +130,7 @@ def validate_ask(body: Any) -> tuple[AskIn | None, list[dict]]:
     ask, errors = _pydantic_errors(AskIn, body)
     if not isinstance(body, dict):
         return None, errors
-    actions = body.get("actions")
-    if isinstance(actions, list):
-        seen = set()
-        for i, action in enumerate(actions):
-            if isinstance(action, str) and action in seen:
-                errors.append({"field": f"actions[{i}]", "message": f"'{action}' is listed twice"})
-            seen.add(action if isinstance(action, str) else None)
+    errors += _repeats(body.get("actions"), "actions")
     items = body.get("items")
     if isinstance(items, list):
         ids = set()
@@ -115,6 +142,9 @@ def validate_ask(body: Any) -> tuple[AskIn | None, list[dict]]:
                 if item_id in ids:
                     errors.append({"field": f"items[{i}].id", "message": f"id '{item_id}' is used twice"})
                 ids.add(item_id)
+            errors += _repeats(item.get("actions"), f"items[{i}].actions")
+            if isinstance(item.get("schema"), dict):
+                errors += [{"field": f"items[{i}].schema", "message": m} for m in item_schema_problems(item["schema"])]
             data, confidence = item.get("data"), item.get("confidence")
             if isinstance(data, dict) and isinstance(confidence, dict):
                 for key in confidence:
@@ -124,6 +154,60 @@ def validate_ask(body: Any) -> tuple[AskIn | None, list[dict]]:
                         )
     errors = _dedupe(errors)
     return (ask if not errors else None), errors
+
+
+def _repeats(actions: Any, where: str) -> list[dict]:
+    errors, seen = [], set()
+    if isinstance(actions, list):
+        for i, action in enumerate(actions):
+            if isinstance(action, str) and action in seen:
+                errors.append({"field": f"{where}[{i}]", "message": f"'{action}' is listed twice"})
+            seen.add(action if isinstance(action, str) else None)
+    return errors
+
+
+def _non_local_refs(node: Any, path: str = "") -> list[str]:
+    """Where the schema points outside itself: only `#...` references resolve (nothing is fetched)."""
+    found = []
+    if isinstance(node, dict):
+        for key, value in node.items():
+            if key in ("$ref", "$dynamicRef", "$recursiveRef") and isinstance(value, str) and not value.startswith("#"):
+                found.append(f"{path}/{key}" if path else key)
+            found += _non_local_refs(value, f"{path}/{key}")
+    elif isinstance(node, list):
+        for n, value in enumerate(node):
+            found += _non_local_refs(value, f"{path}/{n}")
+    return found
+
+
+def item_validator(schema: dict):
+    """The validator of an item's schema under its own draft. Patterns run on a linear-time engine
+    (Rust's `regex`, RE2's design), so no edit can make a decision take exponential time; nothing is
+    fetched. Raises ValueError (why) for a schema that is not valid."""
+    draft = schema.get("$schema", DRAFT_2020_12)
+    validator_class = DRAFTS.get(draft) if isinstance(draft, str) else None
+    if validator_class is None:
+        raise ValueError(f"$schema must name draft 2020-12 ({DRAFT_2020_12}) or draft-07 ({DRAFT_07})")
+    remote = _non_local_refs(schema)
+    if remote:
+        raise ValueError(f"only local references (#...) are allowed; found one at {remote[0]}")
+    try:
+        return validator_class(
+            schema, pattern_options=jsonschema_rs.RegexOptions(), offline=True, validate_formats=False
+        )
+    except (jsonschema_rs.ValidationError, jsonschema_rs.ReferencingError, ValueError) as exc:
+        # The first line says what is wrong; the rest repeats the schema.
+        raise ValueError(f"not a valid JSON Schema: {str(exc).splitlines()[0]}") from None
+
+
+def item_schema_problems(schema: dict) -> list[str]:
+    if len(canonical_json(schema).encode()) > MAX_ITEM_SCHEMA_BYTES:
+        return [f"a schema is limited to {MAX_ITEM_SCHEMA_BYTES} bytes"]
+    try:
+        item_validator(schema)
+    except ValueError as exc:
+        return [str(exc)]
+    return []
 
 
 def validate_start(body: Any) -> tuple[RunStartIn | None, list[dict]]:
@@ -147,8 +231,70 @@ def blank_to_none(text: str | None) -> str | None:
     return text if text is not None and text.strip() else None
 
 
-def validate_decision(body: Any, *, asked: dict[str, dict], actions: list[str]) -> tuple[DecisionIn | None, list]:
-    """Checks a decision against its hold: `asked` maps each item id to its data as asked."""
+@dataclass(frozen=True)
+class Asked:
+    """One item as a decision is checked against it: its data as asked, its effective actions
+    (its own, else the hold's) and its schema, if any."""
+
+    data: dict
+    actions: list[str]
+    schema: dict | None = None
+
+
+def json_kind(value: Any) -> str:
+    """A value's JSON type as the type rule compares them: integers and other numbers are both numbers."""
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, int | float):
+        return "number"
+    if isinstance(value, str):
+        return "string"
+    if value is None:
+        return "null"
+    return "object" if isinstance(value, dict) else "array"
+
+
+def edit_errors(asked: Asked, data: dict, where: str) -> list[dict]:
+    """Why an edit's data may not be stored: the item's schema alone decides when it has one; else it
+    has exactly the asked keys, each of the JSON type it was asked with (a key asked as null takes
+    anything; no other key may become null)."""
+    if asked.schema is not None:
+        try:
+            validator = item_validator(asked.schema)
+        except ValueError as exc:  # checked at the ask; kept so that a bad row can never become a 500
+            return [{"field": f"{where}.schema", "message": str(exc)}]
+        errors = []
+        for err in sorted(validator.iter_errors(data), key=lambda e: [str(p) for p in e.instance_path]):
+            path = f"{where}.data"
+            for part in err.instance_path:
+                path += f"[{part}]" if isinstance(part, int) else f".{part}"
+            errors.append({"field": path, "message": err.message})
+        return errors
+    if set(data) != set(asked.data):
+        missing = sorted(set(asked.data) - set(data))
+        extra = sorted(set(data) - set(asked.data))
+        return [
+            {
+                "field": f"{where}.data",
+                "message": f"must have exactly the asked keys (missing {missing}, unknown {extra})",
+            }
+        ]
+    errors = []
+    for key, old in asked.data.items():
+        want, got = json_kind(old), json_kind(data[key])
+        if want == "null" or want == got:
+            continue
+        message = (
+            f"may not become null (it was asked as a {want})"
+            if got == "null"
+            else f"must be a {want}, as it was asked (got a {got})"
+        )
+        errors.append({"field": f"{where}.data.{key}", "message": message})
+    return errors
+
+
+def validate_decision(body: Any, *, asked: dict[str, Asked]) -> tuple[DecisionIn | None, list]:
+    """Checks a decision against its hold: `asked` maps each item id to the item as asked."""
     decision, errors = _pydantic_errors(DecisionIn, body)
     if decision is None:
         return None, errors
@@ -162,20 +308,13 @@ def validate_decision(body: Any, *, asked: dict[str, dict], actions: list[str]) 
         if item.id in seen:
             errors.append({"field": f"{where}.id", "message": f"'{item.id}' is decided twice"})
         seen.add(item.id)
-        if item.action not in actions:
-            errors.append({"field": f"{where}.action", "message": f"'{item.action}' is not offered by this hold"})
+        if item.action not in asked[item.id].actions:
+            errors.append({"field": f"{where}.action", "message": f"'{item.action}' is not offered for this item"})
         if item.action == "edit":
             if item.data is None:
                 errors.append({"field": f"{where}.data", "message": "an edit sends the full data object"})
-            elif set(item.data) != set(asked[item.id]):
-                missing = sorted(set(asked[item.id]) - set(item.data))
-                extra = sorted(set(item.data) - set(asked[item.id]))
-                errors.append(
-                    {
-                        "field": f"{where}.data",
-                        "message": f"must have exactly the asked keys (missing {missing}, unknown {extra})",
-                    }
-                )
+            else:
+                errors += edit_errors(asked[item.id], item.data, where)
         elif item.data is not None:
             errors.append({"field": f"{where}.data", "message": "data is only sent with the edit action"})
         if item.action == "feedback" and blank_to_none(item.comment) is None and hold_comment is None:
@@ -290,6 +429,9 @@ class HoldItemOut(BaseModel):
     title: str
     data: dict[str, Any]
     confidence: dict[str, float] | None = None
+    actions: list[Action] | None = None
+    details: str | None = None
+    schema_: dict[str, Any] | None = Field(default=None, alias="schema")
 
 
 class HoldOut(BaseModel):

@@ -13,7 +13,9 @@ def iso(value):
 
 def hold_full(hold: Hold) -> dict:
     items = list(
-        HoldItem.objects.filter(hold=hold).order_by("position").values("item_id", "title", "data", "confidence")
+        HoldItem.objects.filter(hold=hold)
+        .order_by("position")
+        .values("item_id", "title", "data", "confidence", "actions", "details", "schema")
     )
     resume = Invocation.objects.filter(hold=hold, kind=Invocation.Kind.RESUME).values_list("resume", flat=True).first()
     return {
@@ -38,6 +40,13 @@ def item_wire(values: dict) -> dict:
     out = {"id": values["item_id"], "title": values["title"], "data": values["data"]}
     if values["confidence"]:
         out["confidence"] = values["confidence"]
+    # The item's own parts as it was asked with them (absent when it was not).
+    if values.get("actions"):
+        out["actions"] = values["actions"]
+    if values.get("details"):
+        out["details"] = values["details"]
+    if values.get("schema") is not None:
+        out["schema"] = values["schema"]
     return out
 
 

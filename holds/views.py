@@ -107,6 +107,19 @@ class ItemView:
         return seen
 
     @property
+    def actions(self) -> list[tuple[str, str]]:
+        """This item's own actions (else the hold's), as (value, label)."""
+        return [(a, ACTION_LABELS[a]) for a in self.form.actions]
+
+    @property
+    def details_html(self):
+        return rendering.markdown_html(self.item.details_html)
+
+    @property
+    def details_flags(self) -> list[str]:
+        return rendering.text_flags(self.item.details or "")
+
+    @property
     def low_confidence(self) -> str:
         levels = {r.level for r in self.rows}
         return "red" if "red" in levels else "amber" if "amber" in levels else ""

@@ -115,11 +115,15 @@ def test_it_turns_a_return_control_block_into_items():
             "id": "1.payments.pay",
             "title": 'payments.pay(payee="Acme", amount="50")',
             "data": {"payee": "Acme", "amount": "50"},
+            "details": "`payments.pay`, actionInvocationType `USER_CONFIRMATION`: Bedrock runs it when you approve;"
+            " rejecting tells the agent no.",
         },
         {
             "id": "2.files: DELETE /files/{id}",
             "title": 'files: DELETE /files/{id}(id="f-9")',
             "data": {"id": "f-9"},
+            "details": "`files: DELETE /files/{id}`, actionInvocationType `USER_CONFIRMATION`: Bedrock runs it when"
+            " you approve; rejecting tells the agent no.",
         },
     ]
 
@@ -145,6 +149,7 @@ def test_it_turns_a_decision_into_confirm_and_deny_results():
     assert state["invocationId"] == "inv-123"
     pay, delete = state["returnControlInvocationResults"]
     assert pay["functionResult"]["confirmationState"] == "CONFIRM"
+    assert "responseBody" not in pay["functionResult"]  # Bedrock's Lambda supplies the result
     assert (pay["functionResult"]["actionGroup"], pay["functionResult"]["function"]) == (
         "payments",
         "pay",
@@ -159,7 +164,9 @@ def test_it_holds_a_return_control_and_answers_in_the_same_session(rq, agent):
         [chunk("Paid Acme; kept the file.")],
     )
     clock = Clock()
-    server = agent(BedrockAgent(bedrock.client, "AGENT1", "ALIAS1", idle_session_ttl=600, clock=clock))
+    server = agent(
+        BedrockAgent(bedrock.client, "AGENT1", "ALIAS1", idle_session_ttl=600, clock=clock, confirm_only=True)
+    )
     run_id = rq.start_run("refunds", {"prompt": "pay Acme and delete f-9"}, endpoint=server.url)
     hold = rq.open_hold(run_id)
     assert hold["actions"] == ["approve", "reject"]
@@ -187,12 +194,15 @@ def test_it_holds_a_return_control_and_answers_in_the_same_session(rq, agent):
     assert results[1]["apiResult"]["responseBody"]["TEXT"]["body"] == "keep it"
 
 
+def with_type(entry, kind):
+    ((key, call),) = entry.items()
+    return {key: {**call, "actionInvocationType": kind}}
+
+
 def test_it_starts_a_new_session_with_the_decision_when_the_idle_ttl_passed(rq, agent):
-    pay_only = {"invocationId": "inv-1", "invocationInputs": RETURN_CONTROL["invocationInputs"][:1]}
-    pay_again = {
-        "invocationId": "inv-2",
-        "invocationInputs": RETURN_CONTROL["invocationInputs"][:1],
-    }
+    pay = with_type(RETURN_CONTROL["invocationInputs"][0], "USER_CONFIRMATION_AND_RESULT")
+    pay_only = {"invocationId": "inv-1", "invocationInputs": [pay]}
+    pay_again = {"invocationId": "inv-2", "invocationInputs": [pay]}
     bedrock = FakeBedrock(
         [frame("returnControl", pay_only)],
         [frame("returnControl", pay_again)],  # the new session asks for the approved call
@@ -229,9 +239,78 @@ def test_it_starts_a_new_session_with_the_decision_when_the_idle_ttl_passed(rq, 
 
 def test_it_denies_everything_when_the_hold_expires(rq, agent):
     bedrock = FakeBedrock([frame("returnControl", RETURN_CONTROL)], [chunk("Nothing done.")])
-    server = agent(BedrockAgent(bedrock.client, "A", "B", clock=Clock()))
+    server = agent(BedrockAgent(bedrock.client, "A", "B", clock=Clock(), confirm_only=True))
     run_id = rq.start_run("refunds", {"prompt": "go"}, endpoint=server.url)
     answer = rq.expire(rq.open_hold(run_id)["hold_id"])
     assert answer["output"] == "Nothing done."
     results = bedrock.requests[1][1]["sessionState"]["returnControlInvocationResults"]
     assert [next(iter(r.values()))["confirmationState"] for r in results] == ["DENY", "DENY"]
+
+
+LOOKUP = {
+    "functionInvocationInput": {
+        "actionGroup": "payments",
+        "function": "balance",
+        "actionInvocationType": "RESULT",
+        "parameters": [{"name": "account", "type": "string", "value": "main"}],
+    }
+}
+
+
+def test_a_result_call_sends_run_actions_result_and_a_rejection_never_runs(rq, agent):
+    # The AWS return-of-control sample: plain RESULT calls, no confirmation configured in Bedrock.
+    pay = with_type(RETURN_CONTROL["invocationInputs"][0], "RESULT")
+    rc = {"invocationId": "inv-7", "invocationInputs": [pay]}
+    for action, comment in (("approve", None), ("reject", "not this month")):
+        bedrock = FakeBedrock([frame("returnControl", rc)], [chunk("ok")])
+        ran = []
+        server = agent(
+            BedrockAgent(
+                bedrock.client, "A", "B", clock=Clock(), run_action=lambda e, ran=ran: ran.append(e) or "paid 50"
+            )
+        )
+        run_id = rq.start_run("refunds", {"prompt": "pay"}, endpoint=server.url)
+        hold = rq.open_hold(run_id)
+        rq.decide(hold["hold_id"], [{"id": hold["items"][0]["id"], "action": action, "comment": comment}])
+        (result,) = bedrock.requests[1][1]["sessionState"]["returnControlInvocationResults"]
+        if action == "approve":
+            assert len(ran) == 1
+            assert result["functionResult"]["responseBody"]["TEXT"]["body"] == "paid 50"
+            assert "confirmationState" not in result["functionResult"]
+        else:
+            assert ran == []
+            assert result["functionResult"]["confirmationState"] == "DENY"
+            assert result["functionResult"]["responseBody"]["TEXT"]["body"] == "not this month"
+
+
+def test_it_refuses_to_build_without_run_action_unless_confirm_only():
+    with pytest.raises(ValueError, match="run_action"):
+        BedrockAgent(object(), "A", "B")
+
+
+def test_ask_for_lets_read_only_calls_through_without_a_hold(rq, agent):
+    pay = with_type(RETURN_CONTROL["invocationInputs"][0], "RESULT")
+    bedrock = FakeBedrock(
+        [frame("returnControl", {"invocationId": "inv-1", "invocationInputs": [LOOKUP]})],
+        [frame("returnControl", {"invocationId": "inv-2", "invocationInputs": [LOOKUP, pay]})],
+        [chunk("done")],
+    )
+    ran = []
+    server = agent(
+        BedrockAgent(
+            bedrock.client,
+            "A",
+            "B",
+            clock=Clock(),
+            run_action=lambda e: ran.append(next(iter(e.values()))["function"]) or "r",
+            ask_for=lambda name, data: name != "payments.balance",
+        )
+    )
+    run_id = rq.start_run("refunds", {"prompt": "pay if enough"}, endpoint=server.url)
+    hold = rq.open_hold(run_id)
+    assert ran == ["balance"]  # the first lookup went through at once
+    assert [i["id"] for i in hold["items"]] == ["2.payments.pay"]  # only the payment waits for a person
+    rq.decide(hold["hold_id"], [{"id": "2.payments.pay", "action": "approve"}])
+    assert ran == ["balance", "balance", "pay"]
+    results = bedrock.requests[2][1]["sessionState"]["returnControlInvocationResults"]
+    assert [r["functionResult"]["responseBody"]["TEXT"]["body"] for r in results] == ["r", "r"]

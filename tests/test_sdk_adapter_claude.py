@@ -1,24 +1,18 @@
-"""Claude Agent SDK adapter: the hook and the callback called with the SDK's real types.
-
-No CLI and no network: `query` is replaced by a stand-in that does what the CLI does with
-the options it is given (fires the PreToolUse hooks or the permission callback, then ends).
+"""Claude Agent SDK adapter: the SDK's real query loop and the real CLI bundled in claude-agent-sdk,
+offline, against a local fake of the Anthropic Messages API (tests/frameworks/anthropic_fake.py)
+that scripts the model's tool_use replies. The hooks are also called directly with the SDK's shapes.
 """
 
 import asyncio
+import json
 
 import agentos
 import pytest
 from agentos.adapters import run_coroutine
 from agentos.adapters.claude import ASKED_KEY, SESSION_KEY, ClaudeAgent, Gate
-from claude_agent_sdk import (
-    ClaudeAgentOptions,
-    HookMatcher,
-    PermissionResultAllow,
-    PermissionResultDeny,
-    ResultMessage,
-    ToolPermissionContext,
-)
-from claude_agent_sdk.types import DeferredToolUse
+from claude_agent_sdk import ClaudeAgentOptions, HookMatcher, create_sdk_mcp_server, tool
+
+from tests.frameworks.anthropic_fake import FakeAnthropic, tool_results
 
 CALL = {"command": "rm -rf /srv/old-reports"}
 
@@ -26,18 +20,6 @@ CALL = {"command": "rm -rf /srv/old-reports"}
 @pytest.fixture
 def agent(serve_agent):
     return lambda handler: serve_agent("ops", handler)
-
-
-def result(session_id="sess-1", **kw):
-    return ResultMessage(
-        subtype="success",
-        duration_ms=1,
-        duration_api_ms=1,
-        is_error=False,
-        num_turns=1,
-        session_id=session_id,
-        **kw,
-    )
 
 
 def hook_input(tool_use_id="toolu_1", tool_input=None, session_id="sess-1"):
@@ -52,66 +34,102 @@ def hook_input(tool_use_id="toolu_1", tool_input=None, session_id="sess-1"):
     }
 
 
-class FakeCli:
-    """Stands in for the CLI: runs the options' hooks for one Bash call, like the real one."""
-
-    def __init__(self):
-        self.ran = []
-        self.seen_options = []
-
-    async def query(self, *, prompt, options):
-        self.seen_options.append((prompt, options))
-        hooks = [h for m in options.hooks["PreToolUse"] for h in m.hooks if m.matcher in (None, "Bash")]
-        out = await hooks[-1](hook_input(), "toolu_1", {"signal": None})
-        spec = out["hookSpecificOutput"]
-        if spec["permissionDecision"] == "defer":
-            yield result(
-                stop_reason="tool_deferred",
-                deferred_tool_use=DeferredToolUse(id="toolu_1", name="Bash", input=CALL),
-            )
-            return
-        if spec["permissionDecision"] == "allow":
-            self.ran.append(spec.get("updatedInput", CALL))
-            yield result(result="ran it")
-        else:
-            yield result(result=f"denied: {spec['permissionDecisionReason']}")
+# --- the real CLI ---------------------------------------------------------------------------------
 
 
-def test_it_defers_on_the_start_and_allows_the_edited_call_on_the_resume(rq, agent):
-    cli = FakeCli()
-    existing = HookMatcher(matcher="Write", hooks=[])
-    options = ClaudeAgentOptions(hooks={"PreToolUse": [existing]})
-    server = agent(ClaudeAgent(options, matcher="Bash", query=cli.query))
-    run_id = rq.start_run("ops", {"prompt": "clean up"}, endpoint=server.url)
-
-    hold = rq.open_hold(run_id)
-    assert rq.runs[run_id]["status"] == "held"
-    assert hold["intent"] == "Approve tool call: Bash"
-    assert hold["items"] == [{"id": "toolu_1", "title": 'Bash(command="rm -rf /srv/old-reports")', "data": CALL}]
-    assert rq.runs[run_id]["state"][SESSION_KEY] == "sess-1"
-    assert cli.ran == []
-    first_prompt, first_options = cli.seen_options[0]
-    assert first_prompt == "clean up"
-    assert first_options.hooks["PreToolUse"][0] is existing  # the developer's hooks stay
-    assert first_options.resume is None
-
-    edited = {"command": "rm -rf /srv/old-reports/2019"}
-    answer = rq.decide(hold["hold_id"], [{"id": "toolu_1", "action": "edit", "data": edited}])
-    assert answer == {"status": "completed", "output": "ran it"}
-    assert cli.ran == [edited]
-    assert cli.seen_options[1][1].resume == "sess-1"
+def pay_model(messages):
+    """Calls pay once; then answers with what the tool said (or that it was refused)."""
+    results = tool_results(messages)
+    if not results:
+        return [
+            {
+                "type": "tool_use",
+                "id": "toolu_1",
+                "name": "mcp__bank__pay",
+                "input": {"payee": "Acme", "amount": "120.00"},
+            }
+        ]
+    return [{"type": "text", "text": "FINAL " + json.dumps(results[-1].get("content"))}]
 
 
-def test_it_denies_a_rejected_call_with_the_comment(rq, agent):
-    cli = FakeCli()
-    server = agent(ClaudeAgent(matcher="Bash", query=cli.query))
-    run_id = rq.start_run("ops", {"prompt": "clean up"}, endpoint=server.url)
-    answer = rq.decide(
-        rq.open_hold(run_id)["hold_id"],
-        [{"id": "toolu_1", "action": "reject", "comment": "archive first"}],
-    )
-    assert answer["output"] == "denied: archive first"
-    assert cli.ran == []
+def cli_options(fake, tmp_path, ran, **kw):
+    @tool("pay", "Pay an invoice", {"payee": str, "amount": str})
+    async def pay(args):
+        ran.append(args)
+        return {"content": [{"type": "text", "text": f"paid {args['payee']} {args['amount']}"}]}
+
+    env = {
+        "ANTHROPIC_BASE_URL": fake.url,
+        "ANTHROPIC_API_KEY": "sk-offline",
+        "CLAUDE_CONFIG_DIR": str(tmp_path),
+        "DISABLE_TELEMETRY": "1",
+        "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
+        "DISABLE_AUTOUPDATER": "1",
+    }
+    server = create_sdk_mcp_server("bank", tools=[pay])
+    return ClaudeAgentOptions(mcp_servers={"bank": server}, env=env, cwd=str(tmp_path), setting_sources=[], **kw)
+
+
+def test_the_real_cli_defers_then_runs_the_edited_call_and_adds_no_turn(rq, agent, tmp_path):
+    ran = []
+    with FakeAnthropic(pay_model) as fake:
+        adapter = ClaudeAgent(cli_options(fake, tmp_path, ran), matcher="mcp__bank__pay")
+        run_id = rq.start_run("ops", {"prompt": "pay Acme"}, endpoint=agent(adapter).url)
+        hold = rq.open_hold(run_id)
+        assert hold["items"][0]["data"] == {"payee": "Acme", "amount": "120.00"} and ran == []
+        assert rq.runs[run_id]["state"][SESSION_KEY]
+        edit = {"id": "toolu_1", "action": "edit", "data": {"payee": "Acme", "amount": "99.00"}}
+        answer = rq.decide(hold["hold_id"], [edit])
+        assert ran == [{"payee": "Acme", "amount": "99.00"}]
+        # The model's own final answer, after exactly one more model call: no "continue" turn of ours.
+        assert answer == {"status": "completed", "output": 'FINAL [{"type": "text", "text": "paid Acme 99.00"}]'}
+        assert len(fake.requests) == 2
+        assert len(rq.runs[run_id]["holds"]) == 1
+
+
+def test_the_real_cli_never_runs_a_rejected_call_and_the_model_reads_the_comment(rq, agent, tmp_path):
+    ran = []
+    with FakeAnthropic(pay_model) as fake:
+        adapter = ClaudeAgent(cli_options(fake, tmp_path, ran), matcher="mcp__bank__pay")
+        run_id = rq.start_run("ops", {"prompt": "pay Acme"}, endpoint=agent(adapter).url)
+        hold = rq.open_hold(run_id)
+        answer = rq.decide(hold["hold_id"], [{"id": "toolu_1", "action": "reject", "comment": "paid last week"}])
+        assert ran == []
+        assert answer["status"] == "completed" and "paid last week" in answer["output"]
+        (refusal,) = tool_results(fake.requests[-1]["messages"])
+        assert refusal.get("is_error") is True
+
+
+def test_the_developers_own_defer_hook_is_composed_not_lost(rq, agent, tmp_path):
+    ran, seen = [], []
+
+    async def my_defer_hook(input_data, tool_use_id, context):
+        # The SDK's deferred-tool example: the developer's hook defers the call itself.
+        seen.append(tool_use_id)
+        return {"hookSpecificOutput": {"hookEventName": "PreToolUse", "permissionDecision": "defer"}}
+
+    with FakeAnthropic(pay_model) as fake:
+        hooks = {"PreToolUse": [HookMatcher(matcher="mcp__bank__pay", hooks=[my_defer_hook])]}
+        adapter = ClaudeAgent(cli_options(fake, tmp_path, ran, hooks=hooks), hold_matching=False)
+        run_id = rq.start_run("ops", {"prompt": "pay Acme"}, endpoint=agent(adapter).url)
+        hold = rq.open_hold(run_id)
+        answer = rq.decide(hold["hold_id"], [{"id": "toolu_1", "action": "approve"}])
+        assert ran == [{"payee": "Acme", "amount": "120.00"}]
+        assert answer["status"] == "completed" and seen == ["toolu_1", "toolu_1"]
+
+
+def test_a_resume_without_a_session_fails_naming_the_run(rq, agent, tmp_path):
+    ran = []
+    with FakeAnthropic(pay_model) as fake:
+        adapter = ClaudeAgent(cli_options(fake, tmp_path, ran), matcher="mcp__bank__pay")
+        run_id = rq.start_run("ops", {"prompt": "pay Acme"}, endpoint=agent(adapter).url)
+        hold = rq.open_hold(run_id)
+        del rq.runs[run_id]["state"][SESSION_KEY]
+        answer = rq.decide(hold["hold_id"], [{"id": "toolu_1", "action": "approve"}])
+        assert answer["status"] == "failed" and run_id in answer["error"] and ran == []
+
+
+# --- the hooks, called directly -----------------------------------------------------------------
 
 
 def invocation(rq, resume=None):
@@ -139,84 +157,6 @@ def decided(rq, run_id, hold_id, items):
     resume = {"hold_id": hold_id, "resolved_by": "human", "items": items, "comment": None}
     payload = rq.invocation_payload(run_id, resume)
     return agentos.Invocation(payload["invocation"], payload["resume"])
-
-
-def test_it_holds_with_the_can_use_tool_callback_and_answers_from_the_decision(rq):
-    inv, run_id = invocation(rq)
-    adapter = ClaudeAgent(mode="can_use_tool")
-    ctx = ToolPermissionContext(tool_use_id="toolu_1", suggestions=[])
-    first = run_coroutine(Gate(adapter, inv).can_use_tool("Bash", CALL, ctx))
-    assert isinstance(first, PermissionResultDeny)
-    assert first.interrupt is True  # ends the run: the invocation never waits
-    hold_id = inv.hold_id
-    assert hold_id == rq.open_hold(run_id)["hold_id"]
-
-    # The resume: the model makes the call again, with a new tool_use_id.
-    again = ToolPermissionContext(tool_use_id="toolu_9", suggestions=[])
-    edited = {"command": "ls /srv"}
-    inv2 = decided(rq, run_id, hold_id, [{"id": "toolu_1", "action": "edit", "data": edited, "comment": None}])
-    gate = Gate(adapter, inv2)
-    allow = run_coroutine(gate.can_use_tool("Bash", CALL, again))
-    assert allow == PermissionResultAllow(updated_input=edited)
-    # The decision answers that one call: a repeat is held again, not allowed.
-    repeat = run_coroutine(gate.can_use_tool("Bash", CALL, again))
-    assert isinstance(repeat, PermissionResultDeny) and repeat.interrupt is True
-
-
-def test_it_answers_each_tool_use_id_once(rq):
-    inv, run_id = invocation(rq)
-    ctx = ToolPermissionContext(tool_use_id="toolu_1", suggestions=[])
-    run_coroutine(Gate(ClaudeAgent(mode="can_use_tool"), inv).can_use_tool("Bash", CALL, ctx))
-    inv2 = decided(
-        rq,
-        run_id,
-        inv.hold_id,
-        [{"id": "toolu_1", "action": "approve", "data": CALL, "comment": None}],
-    )
-    gate = Gate(ClaudeAgent(mode="can_use_tool"), inv2)
-    assert isinstance(run_coroutine(gate.can_use_tool("Bash", CALL, ctx)), PermissionResultAllow)
-    again = run_coroutine(gate.can_use_tool("Bash", CALL, ctx))
-    assert isinstance(again, PermissionResultDeny) and again.interrupt is True
-
-
-@pytest.mark.parametrize(
-    ("action", "comment", "expected"),
-    [
-        ("approve", None, PermissionResultAllow(updated_input=None)),
-        ("reject", "not today", PermissionResultDeny(message="not today")),
-        ("feedback", "use --dry-run", PermissionResultDeny(message="use --dry-run")),
-    ],
-)
-def test_it_maps_each_decision_to_a_permission_result(rq, action, comment, expected):
-    inv, run_id = invocation(rq)
-    ctx = ToolPermissionContext(tool_use_id="toolu_1", suggestions=[])
-    run_coroutine(Gate(ClaudeAgent(mode="can_use_tool"), inv).can_use_tool("Bash", CALL, ctx))
-    inv2 = decided(
-        rq,
-        run_id,
-        inv.hold_id,
-        [{"id": "toolu_1", "action": action, "data": CALL, "comment": comment}],
-    )
-    got = run_coroutine(Gate(ClaudeAgent(mode="can_use_tool"), inv2).can_use_tool("Bash", CALL, ctx))
-    assert got == expected
-
-
-def test_it_does_not_let_a_decision_answer_a_different_call(rq):
-    inv, run_id = invocation(rq)
-    ctx = ToolPermissionContext(tool_use_id="toolu_1", suggestions=[])
-    run_coroutine(Gate(ClaudeAgent(mode="can_use_tool"), inv).can_use_tool("Bash", CALL, ctx))
-    inv2 = decided(
-        rq,
-        run_id,
-        inv.hold_id,
-        [{"id": "toolu_1", "action": "approve", "data": CALL, "comment": None}],
-    )
-    other = ToolPermissionContext(tool_use_id="toolu_5", suggestions=[])
-    got = run_coroutine(
-        Gate(ClaudeAgent(mode="can_use_tool"), inv2).can_use_tool("Bash", {"command": "rm -rf /"}, other)
-    )
-    assert isinstance(got, PermissionResultDeny)
-    assert got.interrupt is True  # asked anew, not allowed on the old approval
 
 
 def test_it_denies_the_deferred_call_when_the_hold_expired(rq):

@@ -50,7 +50,9 @@ def payment_graph(saver, bank):
 def test_it_asks_one_hold_for_two_interrupts_in_one_step_and_never_runs_a_rejected_one(rq, agent, tmp_path):
     db = tmp_path / "checkpoints.sqlite"
     bank = []
-    first = LangGraphAgent(payment_graph(SqliteSaver(sqlite3.connect(db, check_same_thread=False)), bank))
+    first = LangGraphAgent(
+        payment_graph(SqliteSaver(sqlite3.connect(db, check_same_thread=False)), bank), answer="decision"
+    )
     server = agent(first)
     run_id = rq.start_run("cap", {"payments": []}, endpoint=server.url)
     hold = rq.open_hold(run_id)
@@ -67,7 +69,9 @@ def test_it_asks_one_hold_for_two_interrupts_in_one_step_and_never_runs_a_reject
     assert bank == []
 
     # A new process: a fresh checkpointer connection and graph resume the same thread.
-    second = LangGraphAgent(payment_graph(SqliteSaver(sqlite3.connect(db, check_same_thread=False)), bank))
+    second = LangGraphAgent(
+        payment_graph(SqliteSaver(sqlite3.connect(db, check_same_thread=False)), bank), answer="decision"
+    )
     rq.runs[run_id]["endpoint"] = agent(second).url
     edited = {"title": "Pay Acme", "payee": "Acme Corp", "amount": "120.00"}
     answer = rq.decide(
@@ -87,7 +91,7 @@ def test_it_asks_one_hold_for_two_interrupts_in_one_step_and_never_runs_a_reject
 
 def test_it_rejects_every_pause_when_the_hold_expires(rq, agent):
     bank = []
-    server = agent(LangGraphAgent(payment_graph(InMemorySaver(), bank)))
+    server = agent(LangGraphAgent(payment_graph(InMemorySaver(), bank), answer="decision", in_memory_ok=True))
     run_id = rq.start_run("cap", {}, endpoint=server.url)
     answer = rq.expire(rq.open_hold(run_id)["hold_id"])
     assert answer["status"] == "completed"
@@ -97,7 +101,7 @@ def test_it_rejects_every_pause_when_the_hold_expires(rq, agent):
 
 def test_it_suspends_on_the_same_hold_when_a_start_is_delivered_again(rq, agent):
     bank = []
-    server = agent(LangGraphAgent(payment_graph(InMemorySaver(), bank)))
+    server = agent(LangGraphAgent(payment_graph(InMemorySaver(), bank), answer="decision", in_memory_ok=True))
     run_id = rq.start_run("cap", {}, endpoint=server.url)
     hold_id = rq.open_hold(run_id)["hold_id"]
     assert rq.deliver(run_id) == {"status": "suspended", "hold_id": hold_id}
@@ -170,21 +174,28 @@ def keep_messages(values):
 
 
 @pytest.mark.parametrize("mode", ["batched", "per_call"])
-def test_it_turns_middleware_requests_into_one_hold_with_the_common_decisions(rq, agent, mode):
+def test_it_turns_middleware_requests_into_one_hold_each_call_with_its_own_decisions(rq, agent, mode):
     ran = []
     graph = hitl_agent(
         [("send_email", {"to": "a@x", "body": "hi"}), ("delete_file", {"path": "/report"})],
         ran,
         mode=mode,
     )
-    server = agent(LangGraphAgent(graph, input=messages_input, output=keep_messages))
+    server = agent(LangGraphAgent(graph, input=messages_input, output=keep_messages, in_memory_ok=True))
     run_id = rq.start_run("cap", {"task": "tidy up"}, endpoint=server.url)
     hold = rq.open_hold(run_id)
     assert [(i["title"], i["data"]) for i in hold["items"]] == [
         ('send_email(to="a@x", body="hi")', {"to": "a@x", "body": "hi"}),
         ('delete_file(path="/report")', {"path": "/report"}),
     ]
-    assert hold["actions"] == ["approve", "reject"]  # delete_file allows no edit
+    # Each call keeps its own decisions (never the intersection), its description and its argument schema.
+    assert [i["actions"] for i in hold["items"]] == [["approve", "edit", "reject"], ["approve", "reject"]]
+    assert hold["actions"] == ["approve", "edit", "reject"]
+    assert all(i["details"].startswith("Tool execution requires approval") for i in hold["items"])
+    assert hold["items"][0]["schema"]["properties"] == {
+        "to": {"title": "To", "type": "string"},
+        "body": {"title": "Body", "type": "string"},
+    }
     assert hold["intent"] == "Approve 2 tool call(s): delete_file, send_email"
     assert ran == []
 
@@ -207,7 +218,7 @@ def test_it_turns_middleware_requests_into_one_hold_with_the_common_decisions(rq
 def test_it_runs_an_edited_tool_call_with_the_reviewers_arguments(rq, agent):
     ran = []
     graph = hitl_agent([("send_email", {"to": "a@x", "body": "hi"})], ran)
-    server = agent(LangGraphAgent(graph, input=messages_input, output=keep_messages))
+    server = agent(LangGraphAgent(graph, input=messages_input, output=keep_messages, in_memory_ok=True))
     run_id = rq.start_run("cap", {"task": "mail"}, endpoint=server.url)
     hold = rq.open_hold(run_id)
     assert hold["actions"] == ["approve", "edit", "reject"]
@@ -227,7 +238,11 @@ def test_it_runs_an_edited_tool_call_with_the_reviewers_arguments(rq, agent):
 def test_it_turns_feedback_into_a_rejection_with_the_comment(rq, agent):
     ran = []
     graph = hitl_agent([("send_email", {"to": "a@x", "body": "hi"})], ran)
-    server = agent(LangGraphAgent(graph, input=messages_input, output=keep_messages, actions=["approve", "feedback"]))
+    server = agent(
+        LangGraphAgent(
+            graph, input=messages_input, output=keep_messages, in_memory_ok=True, actions=["approve", "feedback"]
+        )
+    )
     run_id = rq.start_run("cap", {"task": "mail"}, endpoint=server.url)
     hold = rq.open_hold(run_id)
     assert hold["actions"] == ["approve", "feedback"]
@@ -241,3 +256,89 @@ def test_it_turns_feedback_into_a_rejection_with_the_comment(rq, agent):
     result = tool_messages(answer["output"])["call_0"]
     assert result["status"] == "error"
     assert "say please" in result["content"]
+
+
+# --- the docs' own ways of reading a plain interrupt ------------------------------------------
+
+
+class Draft(TypedDict, total=False):
+    text: str
+    sent: bool
+
+
+def gate_graph(node):
+    builder = StateGraph(Draft)
+    builder.add_node("gate", node)
+    builder.add_edge(START, "gate")
+    return builder.compile(checkpointer=InMemorySaver())
+
+
+def test_a_truth_reading_node_takes_its_reject_branch_on_a_reject(rq, agent):
+    def approval(state):
+        if interrupt({"question": "Send it?", "text": state["text"]}):
+            return {"sent": True}
+        return {"sent": False}
+
+    server = agent(LangGraphAgent(gate_graph(approval), in_memory_ok=True))
+    run_id = rq.start_run("cap", {"text": "hi"}, endpoint=server.url)
+    hold = rq.open_hold(run_id)
+    answer = rq.decide(hold["hold_id"], [{"id": hold["items"][0]["id"], "action": "reject", "comment": "no"}])
+    assert answer == {"status": "completed", "output": {"text": "hi", "sent": False}}
+
+
+def test_an_edit_gives_an_edit_reading_node_the_edited_value_itself(rq, agent):
+    def review(state):
+        return {"text": interrupt(state["text"])}
+
+    server = agent(LangGraphAgent(gate_graph(review), in_memory_ok=True))
+    run_id = rq.start_run("cap", {"text": "draft"}, endpoint=server.url)
+    hold = rq.open_hold(run_id)
+    assert hold["items"][0]["data"] == {"value": "draft"}
+    edit = {"id": hold["items"][0]["id"], "action": "edit", "data": {"value": "final"}}
+    assert rq.decide(hold["hold_id"], [edit])["output"] == {"text": "final"}
+
+
+def test_a_resume_with_no_pending_interrupt_fails_naming_the_thread(rq, agent):
+    def review(state):
+        return {"text": interrupt(state["text"])}
+
+    server = agent(LangGraphAgent(gate_graph(review), in_memory_ok=True))
+    run_id = rq.start_run("cap", {"text": "draft"}, endpoint=server.url)
+    hold = rq.open_hold(run_id)
+    # The agent restarted with an empty in-memory checkpointer: the pause is gone.
+    rq.runs[run_id]["endpoint"] = agent(LangGraphAgent(gate_graph(review), in_memory_ok=True)).url
+    answer = rq.decide(hold["hold_id"], [{"id": hold["items"][0]["id"], "action": "approve"}])
+    assert answer["status"] == "failed" and f"thread {run_id}" in answer["error"]
+
+
+def test_it_refuses_an_in_memory_checkpointer_unless_told():
+    with pytest.raises(ValueError, match="in_memory_ok"):
+        LangGraphAgent(payment_graph(InMemorySaver(), []))
+
+
+def test_a_response_schema_becomes_the_items_schema_and_the_node_gets_a_valid_value(rq, agent):
+    from pydantic import BaseModel
+
+    class Age(BaseModel):
+        age: int
+
+    class AgeState(TypedDict, total=False):
+        age: int
+
+    def ask_age(state):
+        return {"age": interrupt("How old are you?", response_schema=Age).age}
+
+    builder = StateGraph(AgeState)
+    builder.add_node("ask", ask_age)
+    builder.add_edge(START, "ask")
+    server = agent(LangGraphAgent(builder.compile(checkpointer=InMemorySaver()), in_memory_ok=True))
+    run_id = rq.start_run("cap", {}, endpoint=server.url)
+    hold = rq.open_hold(run_id)
+    (item,) = hold["items"]
+    assert item["data"] == {"age": None} and item["details"] == "How old are you?"
+    assert item["schema"]["properties"]["age"]["type"] == "integer"
+    assert item["actions"] == ["edit"]  # nothing to approve until a person answers; no way to say no
+    with pytest.raises(ValueError, match="data.age"):
+        rq.decide(hold["hold_id"], [{"id": item["id"], "action": "edit", "data": {"age": "thirty"}}])
+    answer = rq.decide(hold["hold_id"], [{"id": item["id"], "action": "edit", "data": {"age": 30}}])
+    assert answer == {"status": "completed", "output": {"age": 30}}

@@ -16,6 +16,7 @@ EXAMPLES = pathlib.Path(__file__).resolve().parent.parent / "examples"
         ("openai_agents_agent", "Paid Acme Corp 100.00"),
         ("claude_agent", "ran {'command': 'ls /srv/old-reports'}"),
         ("bedrock_agent", "The payment was CONFIRMed."),
+        ("agno_agent", "Paid Acme 100.00."),
     ],
 )
 def test_it_runs_the_example_demo_to_completion(name, expected, capsys):

@@ -166,7 +166,7 @@ def test_it_refuses_wrong_types_next_to_the_field_with_422(signed_in, cap):
     data = {
         **unchanged(),
         "item-0-action": "edit",
-        "item-0-f-1": "12.5",
+        "item-0-f-1": "twelve",
         "item-0-f-2": "NaN",
         "item-0-f-4-null": "",
         "item-0-f-4": "{",
@@ -175,11 +175,11 @@ def test_it_refuses_wrong_types_next_to_the_field_with_422(signed_in, cap):
     response = review_post(signed_in, hold, data)
     assert response.status_code == 422
     text = response.content.decode()
-    assert 'id="item-0-f-1-error">Enter a whole number' in text
+    assert 'id="item-0-f-1-error">Enter a number, such as 12 or 12.5' in text
     assert 'id="item-0-f-2-error">Enter a number' in text
     assert 'id="item-0-f-4-error">Enter a JSON value' in text
     assert 'id="item-0-f-5-error">Enter valid JSON' in text
-    assert 'value="12.5"' in text  # what the person typed stays in the field
+    assert 'value="twelve"' in text  # what the person typed stays in the field
 
 
 def test_it_turns_an_unticked_null_into_the_typed_json_value(signed_in, cap):
@@ -202,7 +202,7 @@ def test_it_requires_an_action_for_every_item_and_a_comment_for_feedback(signed_
 def test_it_refuses_an_action_the_hold_does_not_offer(signed_in, cap):
     _, hold = factories.held_hold(cap, factories.ask_body(actions=["approve", "reject"]))
     response = review_post(signed_in, hold, {"item-0-action": "edit", "item-1-action": "approve"})
-    assert response.status_code == 422 and "This hold does not offer that action." in response.content.decode()
+    assert response.status_code == 422 and "This item does not offer that action." in response.content.decode()
 
 
 def test_it_approves_all_with_one_button(signed_in, cap):
@@ -369,3 +369,78 @@ def test_details_are_rendered_once_at_the_ask_and_stored_sanitised(signed_in, ca
     assert hold.details_html.startswith("<p><strong>edit</strong> it &lt;script&gt;")
     monkeypatch.setattr("holds.markup.to_html", lambda text: pytest.fail("markdown ran on a page view"))
     assert "<strong>edit</strong>" in signed_in.get(url(hold)).content.decode()
+
+
+# --- per-item actions, details and schema ---------------------------------------------------------
+
+
+def parts_body():
+    data = {"payee": "Acme", "amount": "120.00"}
+    schema = {"type": "object", "properties": {"amount": {"type": "string", "pattern": "^[0-9]+\\.[0-9]{2}$"}}}
+    return factories.ask_body(
+        actions=["approve", "edit", "reject"],
+        items=[
+            {"id": "A", "title": "Only edit", "data": data, "actions": ["edit", "reject"], "schema": schema},
+            {
+                "id": "B",
+                "title": "Approve or reject",
+                "data": data,
+                "actions": ["approve", "reject"],
+                "details": "Paid **twice** last week",
+            },
+        ],
+    )
+
+
+def test_it_shows_each_items_own_actions_and_details(signed_in, cap):
+    _, hold = factories.held_hold(cap, parts_body())
+    page = signed_in.get(url(hold)).content.decode()
+    radios = set(re.findall(r'name="(item-\d)-action" value="(\w+)"', page))
+    assert radios == {("item-0", "edit"), ("item-0", "reject"), ("item-1", "approve"), ("item-1", "reject")}
+    assert "<strong>twice</strong>" in page
+    assert 'id="item-0-edit"' in page and 'id="item-1-edit"' not in page
+    assert "Approve all that allow it" in page
+
+
+def test_it_puts_a_schema_error_at_the_field_and_keeps_the_input(signed_in, cap):
+    _, hold = factories.held_hold(cap, parts_body())
+    data = {"item-0-action": "edit", "item-0-f-0": "Acme", "item-0-f-1": "12,5", "item-1-action": "approve"}
+    response = review_post(signed_in, hold, data)
+    assert response.status_code == 422
+    text = response.content.decode()
+    assert re.search(r'id="item-0-f-1-error">[^<]*does not match', text), text
+    assert 'value="12,5"' in text
+    assert Hold.objects.get(pk=hold.pk).status == "pending"
+
+
+def test_approve_all_touches_only_the_items_that_offer_approve(signed_in, cap):
+    _, hold = factories.held_hold(cap, parts_body())
+    response = review_post(signed_in, hold, {"approve_all": "1", "item-0-action": "reject"})
+    assert response.status_code == 200, response.content.decode()
+    assert json.loads(confirmed(response))["items"] == [
+        {"id": "A", "action": "reject"},
+        {"id": "B", "action": "approve"},
+    ]
+    response = review_post(signed_in, hold, {"approve_all": "1"})
+    assert response.status_code == 422 and "Choose an action for this item." in response.content.decode()
+
+
+def test_an_integer_field_takes_any_number(signed_in, cap):
+    _, hold = factories.held_hold(cap, typed_body())
+    response = review_post(signed_in, hold, {**unchanged(), "item-0-action": "edit", "item-0-f-1": "12.5"})
+    assert response.status_code == 200, response.content.decode()
+    assert json.loads(confirmed(response))["items"][0]["data"]["amount"] == 12.5
+
+
+def test_a_schemas_property_type_picks_the_input_for_a_key_asked_as_null(signed_in, cap):
+    schema = {"type": "object", "properties": {"age": {"type": "integer", "minimum": 1}}}
+    body = factories.ask_body(items=[{"id": "Q", "title": "Age?", "data": {"age": None}, "schema": schema}])
+    _, hold = factories.held_hold(cap, body)
+    page = signed_in.get(url(hold)).content.decode()
+    assert 'type="number" id="item-0-f-0"' in page
+    response = review_post(signed_in, hold, {"item-0-action": "edit", "item-0-f-0": "30"})
+    assert response.status_code == 200, response.content.decode()
+    assert json.loads(confirmed(response))["items"][0]["data"] == {"age": 30}
+    response = review_post(signed_in, hold, {"item-0-action": "edit", "item-0-f-0": "0"})
+    assert response.status_code == 422
+    assert re.search(r'id="item-0-f-0-error">[^<]*minimum', response.content.decode())

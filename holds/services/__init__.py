@@ -17,7 +17,7 @@ hand-written statement, ports what is handed out after commit.
 
 from .asks import hold_ask, hold_ask_by_token, hold_fingerprint
 from .audit import audit
-from .decisions import decide_refusal, hold_decide, hold_refusal
+from .decisions import asked_items, decide_refusal, hold_decide, hold_refusal
 from .delivery import (
     Claim,
     Outcome,
@@ -52,6 +52,7 @@ __all__ = [
     "audit",
     "capabilities_sync",
     "capability_enable",
+    "asked_items",
     "capability_set_approvers",
     "decide_refusal",
     "due_holds",

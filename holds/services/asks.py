@@ -17,9 +17,17 @@ from ..schemas import canonical_json, validate_ask
 from . import sql
 from .transactions import insert_values
 
+OPTIONAL_ITEM_PARTS = ("actions", "details", "schema")
+
 
 def hold_fingerprint(*, intent: str, actions, details: str, items: list[dict], files) -> str:
     """What the browser's form carries: a decision on a page that no longer shows the hold is refused."""
+    # Each item whole (its own actions, details and schema too); optional parts it did not send are left
+    # out, so an item asked without them reads the same as before they existed.
+    items = [
+        {k: v for k, v in item.items() if (v is not None or k not in OPTIONAL_ITEM_PARTS) and k != "details_html"}
+        for item in items
+    ]
     canonical = canonical_json(
         {"intent": intent, "actions": actions, "details": details, "items": items, "files": files}
     )
@@ -85,7 +93,7 @@ def read_ask(body, run: Run | None) -> tuple:
         errors += _file_errors(run, file_ids)
     if errors:
         return ask, [], errors
-    items = [item.model_dump(exclude_none=False) for item in ask.items]
+    items = [item.model_dump(exclude_none=False, by_alias=True) for item in ask.items]
     for item in items:
         item["confidence"] = item["confidence"] or {}
     return ask, items, errors
@@ -94,7 +102,10 @@ def read_ask(body, run: Run | None) -> tuple:
 def new_hold(ask, items: list[dict], *, invocation_id: str) -> tuple[Hold, AuditEvent]:
     """The hold and its audit event, without what comes from the run (filled in as they are written)."""
     confidences = [v for item in items for v in item["confidence"].values()]
-    rendered = markup.render_all([ask.details])
+    # The hold's details and every item's, under one time and size budget for the whole ask.
+    rendered = markup.render_all([ask.details] + [item["details"] or "" for item in items])
+    for n, item in enumerate(items, start=1):
+        item["details_html"] = rendered[n] if rendered and item["details"] else None
     hold = Hold(
         details_html=rendered[0] if rendered else None,
         invocation_id=invocation_id,
@@ -145,6 +156,10 @@ def ask_statement(hold: Hold, items: list[dict], event: AuditEvent, *, run: Run 
         [i["title"] for i in items],
         [data.get_prep_value(i["data"]) for i in items],
         [json.dumps(i["confidence"]) for i in items],
+        [json.dumps(i["actions"]) if i["actions"] else None for i in items],
+        [i["details"] or "" for i in items],
+        [i.get("details_html") for i in items],
+        [data.get_prep_value(i["schema"]) if i["schema"] is not None else None for i in items],
     ]
     event_columns, values = insert_values(event, skip=("hold_id_ref", "run_id_ref", "actor"))
     params += values

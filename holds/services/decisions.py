@@ -8,7 +8,7 @@ from ..auth import Actor, may_decide, run_token_hash
 from ..errors import Conflict, Forbidden, Invalid, NotFound
 from ..ids import HOLD, public_id
 from ..models import Action, AuditEvent, AuditKind, Hold, HoldItem, Invocation
-from ..schemas import blank_to_none, validate_decision
+from ..schemas import Asked, blank_to_none, validate_decision
 from . import ports, sql
 from .transactions import insert_values, one_round_trip
 
@@ -63,6 +63,14 @@ def _hold_to_decide(hold_id: int) -> tuple[Hold | None, list[HoldItem]]:
     return hold, [item_columns.build(row[at:]) for row in found if row[at] is not None]
 
 
+def asked_items(hold: Hold, items: list[HoldItem]) -> dict[str, Asked]:
+    """What a decision is checked against, item by item (the form runs the same check)."""
+    return {
+        item.item_id: Asked(data=item.data, actions=item.effective_actions(hold.actions), schema=item.schema)
+        for item in items
+    }
+
+
 def hold_decide(*, hold_id: int, actor: Actor, body, fingerprint: str | None = None) -> Hold:
     """A person or service account decides a hold, once.
 
@@ -76,9 +84,7 @@ def hold_decide(*, hold_id: int, actor: Actor, body, fingerprint: str | None = N
     refusal = decide_refusal(actor, hold, fingerprint)
     if refusal is not None:
         raise refusal
-    decision, errors = validate_decision(
-        body, asked={item.item_id: item.data for item in items}, actions=list(hold.actions)
-    )
+    decision, errors = validate_decision(body, asked=asked_items(hold, items))
     if errors:
         raise Invalid(errors)
     comment = blank_to_none(decision.comment)

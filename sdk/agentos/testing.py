@@ -30,11 +30,38 @@ if TYPE_CHECKING:
 
 ACTIONS = ("approve", "edit", "reject", "feedback")
 HOLD_FIELDS = {"intent", "items", "actions", "details", "expires_in", "files"}
-ITEM_FIELDS = {"id", "title", "data", "confidence"}
+ITEM_FIELDS = {"id", "title", "data", "confidence", "actions", "details", "schema"}
 
 
 def _is_number(v: Any) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def _kind(value: Any) -> str:
+    if isinstance(value, bool):
+        return "boolean"
+    if _is_number(value):
+        return "number"
+    return {str: "string", dict: "object", list: "array", type(None): "null"}.get(type(value), "other")
+
+
+def _check_edit(item: dict[str, Any], data: Any) -> None:
+    """The service's check of an edit (SPEC): the item's schema alone when it has one, else the asked keys
+    under the type rule. ValueError names the field, as the service's 422 does."""
+    if not isinstance(data, dict):
+        raise ValueError("an edit sends the full data object")
+    if item.get("schema") is not None:
+        import jsonschema  # the service's own check is stricter (drafts, linear-time patterns)
+
+        for error in jsonschema.validators.validator_for(item["schema"])(item["schema"]).iter_errors(data):
+            where = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in error.absolute_path)
+            raise ValueError(f"data{where}: {error.message}")
+        return
+    if set(data) != set(item["data"]):
+        raise ValueError("an edit has exactly the asked keys")
+    for key, old in item["data"].items():
+        if old is not None and _kind(old) != _kind(data[key]):
+            raise ValueError(f"data.{key}: must be a {_kind(old)}, as it was asked")
 
 
 def validate_ask(body: Any, run_files: set[str]) -> list[dict[str, str]]:
@@ -76,6 +103,18 @@ def validate_ask(body: Any, run_files: set[str]) -> list[dict[str, str]]:
         if not isinstance(data, dict):
             err(f"{p}.data", "required, an object")
             data = {}
+        own = item.get("actions")
+        if own is not None and (
+            not isinstance(own, list)
+            or not own
+            or len(set(map(str, own))) != len(own)
+            or any(a not in ACTIONS for a in own)
+        ):
+            err(f"{p}.actions", "non-empty, no repeats, each of approve edit reject feedback")
+        if item.get("details") is not None and not isinstance(item["details"], str):
+            err(f"{p}.details", "must be a string")
+        if item.get("schema") is not None and not isinstance(item["schema"], dict):
+            err(f"{p}.schema", "must be a JSON Schema object")
         conf = item.get("confidence")
         if conf is not None:
             if not isinstance(conf, dict):
@@ -265,13 +304,12 @@ class FakeReviewQueue:
             for item in hold["items"]:  # resume items keep the order asked
                 d = by_id[item["id"]]
                 action = d["action"]
-                if action not in hold["actions"]:
-                    raise ValueError(f"{action} is not offered")
+                if action not in (item.get("actions") or hold["actions"]):
+                    raise ValueError(f"{action} is not offered for item {item['id']}")
                 own = d.get("comment") if d.get("comment") and d["comment"].strip() else None
                 if action == "edit":
                     data = d.get("data")
-                    if not isinstance(data, dict) or set(data) != set(item["data"]):
-                        raise ValueError("an edit has exactly the asked keys")
+                    _check_edit(item, data)
                 else:
                     if d.get("data") is not None:
                         raise ValueError("data only with edit")

@@ -1,7 +1,7 @@
 """Framework adapters: each turns a framework's own pause into one Review Queue hold.
 
 Import the one you need (`agentos.adapters.langgraph`, `.openai_agents`, `.claude`,
-`.bedrock`); each imports its framework, which the `agentos` package does not depend on.
+`.bedrock`, `.agno`); each imports its framework, which the `agentos` package does not depend on.
 """
 
 from __future__ import annotations
@@ -59,15 +59,27 @@ def call_title(name: str, args: Any, limit: int = 200) -> str:
 
 
 def offered_actions(allowed: list[set[str]], wanted: list[str] | None) -> list[str]:
-    """The intersection of every pause's allowed decisions, in a stable order.
+    """The intersection of every pause's allowed decisions, in a stable order (for adapters whose
+    pauses all allow the same decisions; the others give each item its own, `item_actions`).
 
     `feedback` is offered only where a rejection is possible, since that is what it becomes.
     """
     common = set(ORDER[:3]) if not allowed else set.intersection(*allowed)
-    if "reject" in common:
-        common.add("feedback")
+    return item_actions(common, wanted)
+
+
+def item_actions(allowed: set[str], wanted: list[str] | None) -> list[str]:
+    """One pause's own decisions (SPEC: never the intersection across pauses), limited to `wanted`."""
+    allowed = set(allowed)
+    if "reject" in allowed:
+        allowed.add("feedback")
     chosen = wanted if wanted is not None else ["approve", "edit", "reject"]
-    actions = [a for a in ORDER if a in common and a in chosen]
+    actions = [a for a in ORDER if a in allowed and a in chosen]
     if not actions:
-        raise ValueError(f"the pauses have no decision in common with {chosen}")
+        raise ValueError(f"a pause allows none of {chosen} (it allows {sorted(allowed)})")
     return actions
+
+
+def hold_actions(per_item: list[list[str]]) -> list[str]:
+    """The hold's own `actions`: every action some item offers (each item carries its own)."""
+    return [a for a in ORDER if any(a in actions for actions in per_item)]

@@ -128,15 +128,15 @@ class OpenAIAgentsAgent:
         return result
 
     def _ask(self, inv: Invocation, interruptions: list[Any]) -> None:
-        items = [
-            {
-                "id": it.call_id,
-                "title": call_title(it.name, arguments_of(it)),
-                "data": arguments_of(it),
-            }
-            for it in interruptions
-        ]
         actions = offered_actions([], self.actions)
+        # The tool's own argument schema: an edit the tool would not accept is refused at the decision.
+        schemas = {getattr(t, "name", None): getattr(t, "params_json_schema", None) for t in self.agent.tools}
+        items = []
+        for it in interruptions:
+            item = {"id": it.call_id, "title": call_title(it.name, arguments_of(it)), "data": arguments_of(it)}
+            if isinstance(schemas.get(it.name), dict):
+                item["schema"] = jsonable(schemas[it.name])
+            items.append(item)
         names = sorted({it.name for it in interruptions})
         intent = self.intent or f"Approve {len(items)} tool call(s): {', '.join(names)}"[:500]
         inv.ask(intent, items, actions=actions, details=self.details, expires_in=self.expires_in)

@@ -1,0 +1,100 @@
+"""Ports of each framework's own human-in-the-loop examples, driven through the real service: gunicorn,
+a Celery worker and beat (tests/processes.py), PostgreSQL and Redis, one service per module. The agent
+runs in the test process on the agentos SDK (agentos.Server), so a test can read what its tools received.
+"""
+
+import uuid
+
+import agentos
+import httpx
+import pytest
+from django.db import connections
+
+from tests import factories
+from tests.processes import Processes, free_port, service_env, wait_until
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.needs_redis]
+
+
+@pytest.fixture(scope="module")
+def service(tmp_path_factory, django_db_setup, django_db_blocker):
+    """The web, worker and beat processes, shared by the module's tests (each test brings its own
+    capability, key and agent: the test database is emptied after every test)."""
+    processes = Processes(tmp_path_factory.mktemp("service"))
+    with django_db_blocker.unblock():
+        port = free_port()
+        url = f"http://127.0.0.1:{port}"
+        env = service_env(redis_url=processes.redis(free_port()), public_url=url)
+        processes.gunicorn(env, port)
+        processes.worker(env)
+        processes.beat(env)
+    yield url
+    processes.stop_all()
+    connections.close_all()
+
+
+class Drive:
+    """One capability served by `handler`, its runs started, read and decided over the service's API."""
+
+    def __init__(self, url: str, handler):
+        self.name = f"hitl_{uuid.uuid4().hex[:8]}"
+        port = free_port()
+        cap = factories.capability(name=self.name, endpoint=f"http://127.0.0.1:{port}", timeout_seconds=60.0)
+        self.key = factories.account(f"bot-{self.name}", role="member")[1]
+        self.agent = agentos.Server({self.name: handler}, port=port, secret=cap.secret).start()
+        self.api = httpx.Client(base_url=url, headers={"authorization": f"Bearer {self.key}"}, timeout=30)
+
+    def run(self, run_id: str) -> dict:
+        return self.api.get(f"/v0/runs/{run_id}").json()
+
+    def start(self, input: dict) -> str:
+        response = self.api.post("/v0/runs", json={"capability": self.name, "input": input})
+        assert response.status_code == 201, response.text
+        return response.json()["run_id"]
+
+    def held(self, run_id: str) -> dict:
+        """The run's open hold, once the agent has asked and suspended."""
+        run = wait_until(
+            lambda: (r := self.run(run_id))["status"] in ("held", "failed", "completed") and r, 90, "a hold"
+        )
+        assert run["status"] == "held", run
+        pending = [h for h in run["holds"] if h["status"] == "pending"]
+        return self.api.get(f"/v0/holds/{pending[-1]['hold_id']}").json()
+
+    def decide(self, hold: dict, items: list[dict], comment: str | None = None) -> httpx.Response:
+        return self.api.post(f"/v0/holds/{hold['hold_id']}/decision", json={"items": items, "comment": comment})
+
+    def finished(self, run_id: str) -> dict:
+        return wait_until(
+            lambda: (r := self.run(run_id))["status"] in ("completed", "failed") and r, 90, "the resumed run"
+        )
+
+    def next_state(self, run_id: str) -> dict:
+        """The run once it is held again or finished."""
+        return wait_until(
+            lambda: (
+                (r := self.run(run_id))["status"] in ("completed", "failed", "held")
+                and (r["status"] != "held" or any(h["status"] == "pending" for h in r["holds"]))
+                and r
+            ),
+            90,
+            "the run to move on",
+        )
+
+    def close(self) -> None:
+        self.agent.stop()
+        self.api.close()
+
+
+@pytest.fixture
+def drive(service):
+    started = []
+
+    def make(handler) -> Drive:
+        d = Drive(service, handler)
+        started.append(d)
+        return d
+
+    yield make
+    for d in started:
+        d.close()

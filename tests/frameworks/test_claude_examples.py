@@ -1,0 +1,110 @@
+"""Ports of the Claude Agent SDK's own permission examples, through the real service, on the real CLI
+bundled in claude-agent-sdk, offline against a local fake of the Anthropic Messages API.
+
+Sources (anthropics/claude-agent-sdk-python): examples/tool_permission_callback.py (the policy of
+`my_permission_callback`), and the deferred-tool pattern of examples/deferred_tool_use.py (a PreToolUse
+hook answering "defer"; that file is not in the snapshot read for this port, so the hook is written from
+the SDK's documented `permissionDecision: "defer"`). Changed per docs/sdk.md: the callback's policy moves
+into a PreToolUse hook (there is no can_use_tool mode: an invocation never waits), its "ask the user"
+branch answers `defer`, and the options go to `ClaudeAgent(options, hold_matching=False)`.
+"""
+
+import json
+
+from agentos.adapters.claude import ClaudeAgent
+from claude_agent_sdk import ClaudeAgentOptions, HookMatcher, create_sdk_mcp_server, tool
+
+from tests.frameworks.anthropic_fake import FakeAnthropic, tool_results
+from tests.frameworks.conftest import pytestmark  # noqa: F401 (real service: transaction and Redis)
+
+DANGEROUS = ["rm -rf", "sudo", "chmod 777", "dd if=", "mkfs"]
+
+
+async def my_permission_hook(input_data, tool_use_id, context):
+    """`my_permission_callback`'s policy as a PreToolUse hook; "ask the user" becomes a defer."""
+    tool_name, tool_input = input_data["tool_name"], input_data.get("tool_input") or {}
+
+    def decide(decision, reason=None, **extra):
+        out = {"hookEventName": "PreToolUse", "permissionDecision": decision, **extra}
+        if reason:
+            out["permissionDecisionReason"] = reason
+        return {"hookSpecificOutput": out}
+
+    if tool_name in ["Read", "Glob", "Grep"]:
+        return decide("allow")
+    if tool_name == "Bash":
+        command = tool_input.get("command", "")
+        for dangerous in DANGEROUS:
+            if dangerous in command:
+                return decide("deny", f"Dangerous command pattern detected: {dangerous}")
+        return decide("allow")
+    # For all other tools, ask the user: a hold in the Review Queue.
+    return decide("defer", "Waiting for a person")
+
+
+def model_calling(name, tool_input):
+    def script(messages):
+        results = tool_results(messages)
+        if not results:
+            return [{"type": "tool_use", "id": "toolu_1", "name": name, "input": tool_input}]
+        return [{"type": "text", "text": "FINAL " + json.dumps(results[-1].get("content"))}]
+
+    return script
+
+
+def options(fake, tmp_path, ran):
+    @tool("pay", "Pay an invoice", {"payee": str, "amount": str})
+    async def pay(args):
+        ran.append(args)
+        return {"content": [{"type": "text", "text": f"paid {args['payee']} {args['amount']}"}]}
+
+    env = {
+        "ANTHROPIC_BASE_URL": fake.url,
+        "ANTHROPIC_API_KEY": "sk-offline",
+        "CLAUDE_CONFIG_DIR": str(tmp_path),
+        "DISABLE_TELEMETRY": "1",
+        "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
+        "DISABLE_AUTOUPDATER": "1",
+    }
+    return ClaudeAgentOptions(
+        mcp_servers={"bank": create_sdk_mcp_server("bank", tools=[pay])},
+        hooks={"PreToolUse": [HookMatcher(matcher=None, hooks=[my_permission_hook])]},
+        permission_mode="default",
+        env=env,
+        cwd=str(tmp_path),
+        setting_sources=[],
+    )
+
+
+def test_an_unknown_tool_waits_for_a_person_who_edits_or_rejects_it(drive, tmp_path):
+    ran = []
+    with FakeAnthropic(model_calling("mcp__bank__pay", {"payee": "Acme", "amount": "120.00"})) as fake:
+        d = drive(ClaudeAgent(options(fake, tmp_path, ran), hold_matching=False))
+        run_id = d.start({"prompt": "pay Acme"})
+        hold = d.held(run_id)
+        (item,) = hold["items"]
+        assert item["data"] == {"payee": "Acme", "amount": "120.00"} and ran == []
+        edit = {"id": item["id"], "action": "edit", "data": {"payee": "Acme", "amount": "99.00"}}
+        assert d.decide(hold, [edit]).status_code == 200
+        done = d.finished(run_id)
+        assert done["status"] == "completed", done
+        assert done["output"] == 'FINAL [{"type": "text", "text": "paid Acme 99.00"}]'  # the model's own answer
+        assert ran == [{"payee": "Acme", "amount": "99.00"}]
+
+        run_id = d.start({"prompt": "pay Acme"})
+        hold = d.held(run_id)
+        decision = [{"id": hold["items"][0]["id"], "action": "reject", "comment": "paid last week"}]
+        assert d.decide(hold, decision).status_code == 200
+        done = d.finished(run_id)
+        assert done["status"] == "completed" and "paid last week" in done["output"]
+        assert ran == [{"payee": "Acme", "amount": "99.00"}]  # the rejected call never ran
+
+
+def test_the_callbacks_own_denials_still_stand_without_a_hold(drive, tmp_path):
+    ran = []
+    with FakeAnthropic(model_calling("Bash", {"command": "sudo rm -rf /srv"})) as fake:
+        d = drive(ClaudeAgent(options(fake, tmp_path, ran), hold_matching=False))
+        run_id = d.start({"prompt": "clean up"})
+        done = d.finished(run_id)
+        assert done["status"] == "completed" and done["holds"] == []
+        assert "Dangerous command pattern detected" in done["output"]
