@@ -89,6 +89,7 @@ class AuditKind(models.TextChoices):
     HOLD_ASKED = "hold.asked", "hold asked"
     HOLD_DECIDED = "hold.decided", "hold decided"
     HOLD_EXPIRED = "hold.expired", "hold expired"
+    HOLD_EXTENDED = "hold.extended", "hold extended"
     RUN_STARTED = "run.started", "run started"
     RUN_HELD = "run.held", "run held"
     RUN_COMPLETED = "run.completed", "run completed"
@@ -123,6 +124,9 @@ class Capability(models.Model):
     self_approval = models.BooleanField(default=True)
     secret = models.CharField(max_length=200)
     notify = models.JSONField(default=dict, blank=True)
+    # agentos.yaml's remind_before: approvers hear once when a pending hold's time left falls below it;
+    # NULL keeps the default rule (notifications.REMIND_BEFORE, for holds that lived long enough).
+    remind_before = models.DurationField(null=True, blank=True)
     # Keys whose value the last sync_capabilities took from agentos.yaml (the team page says so).
     from_file = models.JSONField(default=list, blank=True)
     # Set when the agent answered 410 Gone: nothing is sent until an admin enables it again.

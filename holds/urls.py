@@ -1,7 +1,7 @@
 from django.contrib.auth import views as auth_views
 from django.urls import path
 
-from . import login, views
+from . import extend_views, login, views
 
 urlpatterns = [
     path("login/", login.login, name="login"),
@@ -11,5 +11,6 @@ urlpatterns = [
     path("holds/<str:hold_id>", views.hold_page, name="hold"),
     path("holds/<str:hold_id>/review", views.hold_review, name="hold-review"),
     path("holds/<str:hold_id>/decision", views.hold_decision, name="hold-decision"),
+    path("holds/<str:hold_id>/extend", extend_views.hold_extend, name="hold-extend"),
     path("files/<str:file_id>", views.file_download, name="file"),
 ]

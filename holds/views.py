@@ -157,6 +157,25 @@ def _item_views(form: DecisionForm) -> list[ItemView]:
     return sorted(views, key=lambda v: (v.rank, v.item.position))
 
 
+EXTEND_CHOICES = (
+    (3600, "1 hour"),
+    (4 * 3600, "4 hours"),
+    (24 * 3600, "24 hours"),
+    (3 * 86400, "3 days"),
+    (7 * 86400, "7 days"),
+    (30 * 86400, "30 days"),
+)
+
+
+def extend_choices(hold: Hold) -> list[tuple[int, str]]:
+    """The Extend control's lengths from now that end at least a minute after the hold's current
+    expiry (a shorter one would be refused); none for a hold without expiry."""
+    if hold.expires_at is None:
+        return []
+    left = (hold.expires_at - timezone.now()).total_seconds()
+    return [(seconds, f"{label} from now") for seconds, label in EXTEND_CHOICES if seconds >= left + 60]
+
+
 def _hold_context(request, hold: Hold, actor: Actor, form: DecisionForm | None = None) -> dict:
     items = queries.hold_items(hold)
     form = form or DecisionForm(hold, items)
@@ -178,6 +197,7 @@ def _hold_context(request, hold: Hold, actor: Actor, form: DecisionForm | None =
         "overdue": hold.status == Hold.Status.PENDING and not open_,
         "actions": [(a, ACTION_LABELS[a]) for a in form.actions],
         "role": actor.role,
+        "extend_choices": extend_choices(hold) if decider and open_ else [],
     }
 
 

@@ -138,6 +138,11 @@
       case "f":
         if (choose("feedback")) event.preventDefault();
         return;
+      case "x":
+        // Extend: opens the hold's Extend control and puts the focus on its first field.
+        var extend = document.getElementById("extend");
+        if (extend) { event.preventDefault(); extend.open = true; document.getElementById("extend-expires-in").focus(); }
+        return;
       case "c":
         var comment = document.getElementById("comment");
         if (comment) { event.preventDefault(); comment.focus(); }

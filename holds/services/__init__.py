@@ -31,6 +31,7 @@ from .delivery import (
     invocations_due,
 )
 from .expiry import Expired, due_holds, holds_expire_batch, holds_expire_due
+from .extend import hold_extend
 from .runs import run_fail, run_file_add, run_start, run_state_delete, run_state_put
 from .team import (
     DEFAULTS,
@@ -60,6 +61,7 @@ __all__ = [
     "hold_ask",
     "hold_ask_by_token",
     "hold_decide",
+    "hold_extend",
     "hold_fingerprint",
     "hold_refusal",
     "holds_expire_batch",
