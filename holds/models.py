@@ -539,6 +539,28 @@ class OpsTotal(models.Model):
         return f"{self.metric}/{self.label} = {self.value:g}"
 
 
+class CalibrationTotal(models.Model):
+    """Calibration's sealed sums (holds/calibration.py), per capability, data field and confidence
+    bucket: items decided by a person with a stated confidence for the field, how many of them had
+    the field edited or the item rejected (or sent back with feedback), and the confidences' sum. Written
+    in the transaction that seals the same span of the audit log for the ops sums, so once per span."""
+
+    capability = models.ForeignKey(Capability, on_delete=models.CASCADE, related_name="+")
+    field = models.CharField(max_length=200)
+    bucket = models.CharField(max_length=8)  # the bucket's lower bound: 0, 0.5, 0.7, 0.8, 0.9
+    decisions = models.BigIntegerField(default=0)
+    edited = models.BigIntegerField(default=0)
+    confidence_sum = models.FloatField(default=0)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["capability", "field", "bucket"], name="calibration_total_unique")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.capability_id} {self.field} {self.bucket}: {self.edited}/{self.decisions}"
+
+
 class PendingCount(models.Model):
     """Pending holds per capability, kept as deltas written by the transactions that change them:
     +1 by an ask, -1 by a decision, -n by a sweep batch or a run that finishes with an open hold.
