@@ -4,7 +4,8 @@ Two scratch databases, seeded by seed_holds (about 10 % pending), and two identi
 servers, one on each; requests alternate between them. Figures are p50 ratios big/small.
 Goals: the queue page <= 1.3x (issue 9), the ops page the same (issue 7: it stays fast at
 1,000,000 holds), and the same again while the ops rollup is 24 hours behind (issue 21: beat is
-down); the calibration page the same (issue 25). Also reported: the next queue page, the hold page with 100 items, history.
+down); the calibration page the same (issue 25). Also reported: the next queue page, the hold
+page with 100 items, history.
 """
 
 import os
