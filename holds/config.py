@@ -120,6 +120,12 @@ def _capability(base: Path, name: str, raw) -> tuple[CapabilitySpec, list[str]]:
             spec.values["remind_before"] = timedelta(seconds=seconds)
         except ValueError as exc:
             errors.append(f"key 'remind_before': {str(exc).replace('30s, 2m or 500ms', '30m, 4h or 2d')}")
+    if "confidence_default" in raw:
+        value = raw["confidence_default"]
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 1:
+            errors.append("key 'confidence_default': a number from 0 to 1")
+        else:
+            spec.values["confidence_default"] = float(value)
     for key, target in (("input", "input_schema"), ("output", "output_schema")):
         if key in raw:
             try:

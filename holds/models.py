@@ -90,6 +90,8 @@ class AuditKind(models.TextChoices):
     HOLD_DECIDED = "hold.decided", "hold decided"
     HOLD_EXPIRED = "hold.expired", "hold expired"
     HOLD_EXTENDED = "hold.extended", "hold extended"
+    HOLD_CLAIMED = "hold.claimed", "hold claimed"
+    HOLD_RELEASED = "hold.released", "hold claim released"
     RUN_STARTED = "run.started", "run started"
     RUN_HELD = "run.held", "run held"
     RUN_COMPLETED = "run.completed", "run completed"
@@ -127,6 +129,9 @@ class Capability(models.Model):
     # agentos.yaml's remind_before: approvers hear once when a pending hold's time left falls below it;
     # NULL keeps the default rule (notifications.REMIND_BEFORE, for holds that lived long enough).
     remind_before = models.DurationField(null=True, blank=True)
+    # agentos.yaml's confidence_default: the confidence of an item that states none, for approve by
+    # confidence; NULL: such items stay undecided.
+    confidence_default = models.FloatField(null=True, blank=True)
     # Keys whose value the last sync_capabilities took from agentos.yaml (the team page says so).
     from_file = models.JSONField(default=list, blank=True)
     # Set when the agent answered 410 Gone: nothing is sent until an admin enables it again.
@@ -363,6 +368,12 @@ class Hold(models.Model):
         ServiceAccount, null=True, blank=True, on_delete=models.SET_NULL, related_name="+", db_index=False
     )
     comment = models.TextField(null=True, blank=True)
+    # A soft claim ("I'm on it"): who, and until when (renewed while their page is open). It never
+    # blocks a decision. Unindexed: the queue reads it from rows it already found.
+    claimed_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+", db_index=False
+    )
+    claimed_until = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         constraints = [

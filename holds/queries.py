@@ -60,7 +60,9 @@ def queue_page(
             holds = holds.filter(Q(expires_at__isnull=True) & tail)
         else:
             holds = holds.filter(Q(expires_at__gt=expires) | Q(expires_at=expires) & tail | Q(expires_at__isnull=True))
-    holds = holds.select_related("capability").order_by(F("expires_at").asc(nulls_last=True), "created_at", "pk")
+    holds = holds.select_related("capability", "claimed_by").order_by(
+        F("expires_at").asc(nulls_last=True), "created_at", "pk"
+    )
     rows, more = read_page(holds)
     next_cursor = None
     if more:

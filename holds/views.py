@@ -18,7 +18,7 @@ from django.utils.http import urlencode
 from django.views.decorators.http import require_GET, require_POST
 from django_htmx.http import reswap, retarget
 
-from . import queries, ratelimit, rendering, services
+from . import presence, queries, ratelimit, rendering, services
 from .api import serve_file
 from .auth import Actor, actor_for_user, approves, may_decide, may_see_file, may_view
 from .errors import Conflict, Forbidden, Invalid, NotFound, RateLimited
@@ -76,8 +76,20 @@ def queue(request):
         "filtered": bool(capability or search),
         "nav": "queue",
     }
+    _annotate_presence(actor, page.rows, request.user)
     template = "holds/queue.html" + ("#queue-rows" if request.htmx else "")
     return render(request, template, context)
+
+
+def _annotate_presence(actor: Actor, rows: list[Hold], user) -> None:
+    """Who else is looking at, and who claimed, each row the person may decide (one cache round trip)."""
+    now = timezone.now()
+    deciding = [h for h in rows if approves(actor, h.capability)]
+    looking = presence.others_many([h.pk for h in deciding], user)
+    for hold in deciding:
+        hold.looking = looking.get(hold.pk, [])
+        live = hold.claimed_until is not None and hold.claimed_until > now and hold.claimed_by is not None
+        hold.claim_name = hold.claimed_by.get_username() if live else ""
 
 
 def _int(text) -> int | None:
@@ -198,6 +210,7 @@ def _hold_context(request, hold: Hold, actor: Actor, form: DecisionForm | None =
         "actions": [(a, ACTION_LABELS[a]) for a in form.actions],
         "role": actor.role,
         "extend_choices": extend_choices(hold) if decider and open_ else [],
+        **presence.hold_context(hold, request.user, shown=decider and open_),
     }
 
 

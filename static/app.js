@@ -143,6 +143,10 @@
         var extend = document.getElementById("extend");
         if (extend) { event.preventDefault(); extend.open = true; document.getElementById("extend-expires-in").focus(); }
         return;
+      case "o":
+        // "I'm on it": takes the soft claim (or releases one's own).
+        if (click("claim-button")) event.preventDefault();
+        return;
       case "c":
         var comment = document.getElementById("comment");
         if (comment) { event.preventDefault(); comment.focus(); }

@@ -20,6 +20,7 @@ DEFAULTS = {
     "self_approval": True,
     "notify": {},
     "remind_before": None,
+    "confidence_default": None,
 }
 
 
