@@ -210,6 +210,7 @@ def _hold_context(request, hold: Hold, actor: Actor, form: DecisionForm | None =
         "actions": [(a, ACTION_LABELS[a]) for a in form.actions],
         "role": actor.role,
         "extend_choices": extend_choices(hold) if decider and open_ else [],
+        "bc_thresholds": ("0.5", "0.7", "0.8", "0.9", "0.95", "1.0"),
         **presence.hold_context(hold, request.user, shown=decider and open_),
     }
 
