@@ -397,6 +397,12 @@ class Hold(models.Model):
                 condition=Q(status="pending"),
                 name="hold_queue_by_capability",
             ),
+            # The queue's claimed segments: pending holds that carry a claim (live or run out), few.
+            models.Index(
+                fields=["expires_at", "created_at", "id"],
+                condition=Q(status="pending", claimed_until__isnull=False),
+                name="hold_queue_claimed",
+            ),
             # History: decided and expired holds, newest decision first.
             models.Index(
                 fields=["-decided_at", "-id"],
