@@ -6,6 +6,7 @@ changes a status: deciding is services.hold_decide, whose errors map to pages wi
 """
 
 from dataclasses import dataclass
+from urllib.parse import quote, unquote
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
@@ -248,6 +249,7 @@ def hold_review(request, hold_id: str):
         "form": form,
         "items": _item_views(form),
         "copied_to": sum(1 for f in form.items if f.action in ("edit", "reject", "feedback")),
+        "by_confidence": " ".join(_by_confidence(request, form.items)),
         "role": actor.role,
     }
     template = "holds/review.html" + ("#last-look" if request.htmx else "")
@@ -266,11 +268,38 @@ def hold_decision(request, hold_id: str):
     try:
         # The same budget as decisions through the API: one person, one count.
         ratelimit.api_limit("decision", actor)
-        services.hold_decide(hold_id=hold.pk, actor=actor, body=body, fingerprint=request.POST.get("fingerprint", ""))
+        services.hold_decide(
+            hold_id=hold.pk,
+            actor=actor,
+            body=body,
+            fingerprint=request.POST.get("fingerprint", ""),
+            by_confidence=_by_confidence_ids(request, body),
+        )
     except (Conflict, Forbidden, Invalid, NotFound, RateLimited) as exc:
         return _refused(request, queries.hold_for_page(hold.pk) or hold, exc)
     messages.success(request, "Decision recorded. The agent will be resumed with it.")
     return see_other(reverse("hold", args=[hold.public_id]))
+
+
+def _by_confidence(request, item_forms) -> list[str]:
+    """The items (url-quoted ids) that approve-by-confidence set and that are still approved."""
+    applied = set(request.POST.get("by_confidence", "").split()[:100])
+    return [
+        quote(f.item.item_id, safe="")
+        for f in item_forms
+        if f.action == "approve" and quote(f.item.item_id, safe="") in applied
+    ]
+
+
+def _by_confidence_ids(request, body) -> list[str]:
+    """The confirmed decision's approved item ids that approve-by-confidence set (for calibration)."""
+    applied = {unquote(x) for x in request.POST.get("by_confidence", "").split()[:100]}
+    items = body.get("items") if isinstance(body, dict) else None
+    return [
+        i["id"]
+        for i in items or []
+        if isinstance(i, dict) and i.get("action") == "approve" and isinstance(i.get("id"), str) and i["id"] in applied
+    ]
 
 
 REFUSAL_TITLES = {

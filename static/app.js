@@ -189,6 +189,8 @@
         var radio = document.getElementById(prefix + "-approve");
         if (radio) radio.click();
       });
+      var applied = document.getElementById("bc-applied");
+      if (applied) applied.value = apply.dataset.items;
       apply.textContent = "Approve set; decide the rest, then submit";
       apply.disabled = true;
       return;

@@ -88,3 +88,25 @@ def test_approve_by_confidence_by_keyboard_sets_the_radios_it_previewed(person_s
     checked = page.evaluate("Array.from(document.querySelectorAll('input[type=radio]:checked')).map(r => r.id)")
     assert sorted(checked) == ["item-0-approve", "item-1-approve"]  # the flagged item stays undecided
     assert session.errors == []
+
+
+def test_items_set_by_confidence_are_recorded_with_the_decision_and_left_out_of_calibration(person_session, cap):
+
+    from holds import calibration
+
+    _, hold = factories.held_hold(cap, confidence_body())
+    page = person_session("mona").page
+    page.goto(f"/holds/{hold.public_id}")
+    page.keyboard.press("b")
+    page.get_by_role("heading", name="Stay undecided").wait_for()
+    page.locator("#bc-apply").click()  # HIGH (0.95+) approved by confidence
+    page.locator("#item-1-approve").check()  # MID, by hand
+    page.locator("#item-2-reject").check()  # HID, the flagged one
+    page.get_by_role("button", name="Submit decision").click()
+    page.get_by_role("button", name="Confirm decision").click()
+    page.get_by_text("Decision recorded").wait_for()
+    event = AuditEvent.objects.get(kind="hold.decided", hold_id_ref=hold.pk)
+    assert event.data["by_confidence"] == ["HIGH"]
+    counted = calibration.tally(None)
+    assert counted[cap.pk, "amount", "0.8"][:2] == [1, 0]  # MID, approved by hand
+    assert counted[cap.pk, "amount", "0.9"][:2] == [1, 1]  # HID, rejected; HIGH is left out
