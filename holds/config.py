@@ -28,6 +28,7 @@ KEYS = {
     "notify",
     "self_approval",
     "remind_before",
+    "confidence_default",
 }
 NOTIFY_KEYS = {"email", "webhook"}
 DURATION = re.compile(r"^(\d+(?:\.\d+)?)(ms|s|m|h|d)?$")

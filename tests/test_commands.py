@@ -171,3 +171,14 @@ def test_a_bad_remind_before_stops_the_sync(tmp_path, value):
     with pytest.raises(CommandError) as refused:
         run("sync_capabilities", str(path))
     assert "capability 'pay': key 'remind_before'" in str(refused.value)
+
+
+def test_sync_reads_confidence_default_from_0_to_1(tmp_path):
+    text = "capabilities:\n  pay:\n    endpoint: http://x.example\n    confidence_default: 1\n"
+    run("sync_capabilities", str(write(tmp_path, text)))
+    assert Capability.objects.get(name="pay").confidence_default == 1.0
+    for bad in ("1.5", "-0.1", "true", "high"):
+        path = write(tmp_path, text.replace("confidence_default: 1", f"confidence_default: {bad}"))
+        with pytest.raises(CommandError) as refused:
+            run("sync_capabilities", str(path))
+        assert "capability 'pay': key 'confidence_default'" in str(refused.value)
