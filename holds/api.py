@@ -30,6 +30,7 @@ from .models import Hold, Run, RunFile, RunState
 from .schemas import MAX_ASK_BYTES, MAX_FILE_BYTES, MAX_STATE_BYTES, parse_json, validate_start
 
 MAX_DECISION_BYTES = MAX_ASK_BYTES
+MAX_EXTEND_BYTES = 4096
 # The lengths of their columns (RunState.key, IdempotencyKey.key).
 MAX_STATE_KEY = 200
 MAX_IDEMPOTENCY_KEY = 200
@@ -216,6 +217,17 @@ def hold_decision(request, hold_id: str):
             "decided_at": hold.decided_at.isoformat(),
         }
     )
+
+
+@endpoint("POST")
+def hold_extend(request, hold_id: str):
+    """A person or service account who may decide the hold gives it more time (SPEC "Expiry extension")."""
+    actor = caller(request)
+    ratelimit.api_limit("decision", actor)
+    body = read_json(request, MAX_EXTEND_BYTES)
+    hold = get_hold(actor, hold_id)
+    hold = services.hold_extend(hold_id=hold.pk, actor=actor, body=body)
+    return JsonResponse(serializers.hold_full(hold))
 
 
 # --- runs --------------------------------------------------------------------------------------

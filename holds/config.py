@@ -9,6 +9,7 @@ import json
 import re
 import secrets
 from dataclasses import dataclass, field
+from datetime import timedelta
 from pathlib import Path
 
 import jsonschema
@@ -16,10 +17,24 @@ import yaml
 
 from .models import Role
 
-KEYS = {"endpoint", "version", "input", "output", "timeout", "approvers", "secret", "notify", "self_approval"}
+KEYS = {
+    "endpoint",
+    "version",
+    "input",
+    "output",
+    "timeout",
+    "approvers",
+    "secret",
+    "notify",
+    "self_approval",
+    "remind_before",
+    "confidence_default",
+}
 NOTIFY_KEYS = {"email", "webhook"}
-DURATION = re.compile(r"^(\d+(?:\.\d+)?)(ms|s|m|h)?$")
-UNITS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, None: 1}
+DURATION = re.compile(r"^(\d+(?:\.\d+)?)(ms|s|m|h|d)?$")
+UNITS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, None: 1}
+# remind_before spans what a hold may live (SPEC: expires_in is at most 30 days).
+MAX_REMIND_BEFORE = 30 * 86400
 NAME = re.compile(r"^[A-Za-z0-9_.-]{1,100}$")
 
 
@@ -39,7 +54,7 @@ def new_secret() -> str:
     return "whsec_" + base64.b64encode(secrets.token_bytes(32)).decode()
 
 
-def parse_duration(value) -> float:
+def parse_duration(value, *, most: float = 3600) -> float:
     if isinstance(value, bool):
         raise ValueError("a duration like 30s, 2m or 500ms")
     if isinstance(value, (int, float)):
@@ -49,8 +64,8 @@ def parse_duration(value) -> float:
         if not match:
             raise ValueError("a duration like 30s, 2m or 500ms")
         seconds = float(match.group(1)) * UNITS[match.group(2)]
-    if not 0 < seconds <= 3600:
-        raise ValueError("between 0 and 1h")
+    if not 0 < seconds <= most:
+        raise ValueError("between 0 and 1h" if most == 3600 else f"between 0 and {most // 86400:g}d")
     return seconds
 
 
@@ -100,6 +115,18 @@ def _capability(base: Path, name: str, raw) -> tuple[CapabilitySpec, list[str]]:
             spec.values["timeout_seconds"] = parse_duration(raw["timeout"])
         except ValueError as exc:
             errors.append(f"key 'timeout': {exc}")
+    if "remind_before" in raw:
+        try:
+            seconds = parse_duration(raw["remind_before"], most=MAX_REMIND_BEFORE)
+            spec.values["remind_before"] = timedelta(seconds=seconds)
+        except ValueError as exc:
+            errors.append(f"key 'remind_before': {str(exc).replace('30s, 2m or 500ms', '30m, 4h or 2d')}")
+    if "confidence_default" in raw:
+        value = raw["confidence_default"]
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 1:
+            errors.append("key 'confidence_default': a number from 0 to 1")
+        else:
+            spec.values["confidence_default"] = float(value)
     for key, target in (("input", "input_schema"), ("output", "output_schema")):
         if key in raw:
             try:

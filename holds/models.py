@@ -89,6 +89,9 @@ class AuditKind(models.TextChoices):
     HOLD_ASKED = "hold.asked", "hold asked"
     HOLD_DECIDED = "hold.decided", "hold decided"
     HOLD_EXPIRED = "hold.expired", "hold expired"
+    HOLD_EXTENDED = "hold.extended", "hold extended"
+    HOLD_CLAIMED = "hold.claimed", "hold claimed"
+    HOLD_RELEASED = "hold.released", "hold claim released"
     RUN_STARTED = "run.started", "run started"
     RUN_HELD = "run.held", "run held"
     RUN_COMPLETED = "run.completed", "run completed"
@@ -123,6 +126,12 @@ class Capability(models.Model):
     self_approval = models.BooleanField(default=True)
     secret = models.CharField(max_length=200)
     notify = models.JSONField(default=dict, blank=True)
+    # agentos.yaml's remind_before: approvers hear once when a pending hold's time left falls below it;
+    # NULL keeps the default rule (notifications.REMIND_BEFORE, for holds that lived long enough).
+    remind_before = models.DurationField(null=True, blank=True)
+    # agentos.yaml's confidence_default: the confidence of an item that states none, for approve by
+    # confidence; NULL: such items stay undecided.
+    confidence_default = models.FloatField(null=True, blank=True)
     # Keys whose value the last sync_capabilities took from agentos.yaml (the team page says so).
     from_file = models.JSONField(default=list, blank=True)
     # Set when the agent answered 410 Gone: nothing is sent until an admin enables it again.
@@ -359,6 +368,12 @@ class Hold(models.Model):
         ServiceAccount, null=True, blank=True, on_delete=models.SET_NULL, related_name="+", db_index=False
     )
     comment = models.TextField(null=True, blank=True)
+    # A soft claim ("I'm on it"): who, and until when (renewed while their page is open). It never
+    # blocks a decision. Unindexed: the queue reads it from rows it already found.
+    claimed_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+", db_index=False
+    )
+    claimed_until = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         constraints = [
@@ -381,6 +396,12 @@ class Hold(models.Model):
                 fields=["capability", "expires_at", "created_at", "id"],
                 condition=Q(status="pending"),
                 name="hold_queue_by_capability",
+            ),
+            # The queue's claimed segments: pending holds that carry a claim (live or run out), few.
+            models.Index(
+                fields=["expires_at", "created_at", "id"],
+                condition=Q(status="pending", claimed_until__isnull=False),
+                name="hold_queue_claimed",
             ),
             # History: decided and expired holds, newest decision first.
             models.Index(
@@ -545,6 +566,28 @@ class OpsTotal(models.Model):
 
     def __str__(self) -> str:
         return f"{self.metric}/{self.label} = {self.value:g}"
+
+
+class CalibrationTotal(models.Model):
+    """Calibration's sealed sums (holds/calibration.py), per capability, data field and confidence
+    bucket: items decided by a person with a stated confidence for the field, how many of them had
+    the field edited or the item rejected (or sent back with feedback), and the confidences' sum. Written
+    in the transaction that seals the same span of the audit log for the ops sums, so once per span."""
+
+    capability = models.ForeignKey(Capability, on_delete=models.CASCADE, related_name="+")
+    field = models.CharField(max_length=200)
+    bucket = models.CharField(max_length=8)  # the bucket's lower bound: 0, 0.5, 0.7, 0.8, 0.9
+    decisions = models.BigIntegerField(default=0)
+    edited = models.BigIntegerField(default=0)
+    confidence_sum = models.FloatField(default=0)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["capability", "field", "bucket"], name="calibration_total_unique")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.capability_id} {self.field} {self.bucket}: {self.edited}/{self.decisions}"
 
 
 class PendingCount(models.Model):

@@ -18,12 +18,12 @@ import httpx
 from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.core import mail
-from django.db.models import F, Q
+from django.db.models import DateTimeField, F, Max, Q, Value
 from django.template.loader import render_to_string
 from django.urls import reverse
 from django.utils import timezone
 
-from .models import Hold, Notification
+from .models import Capability, Hold, Notification
 
 log = logging.getLogger(__name__)
 
@@ -45,13 +45,30 @@ class Busy(Exception):
 
 
 def due(*, now=None) -> list[tuple[str, list[int]]]:
-    """Beat's pass: holds due a reminder, and new holds whose enqueue was lost, by notification kind."""
+    """Beat's pass: holds due a reminder, and new holds whose enqueue was lost, by notification kind.
+
+    A capability's `remind_before` reminds once when a hold's time left falls below it (a hold asked
+    with less time left than that never was above it); without it, holds that lived REMIND_MIN_LIFE
+    are reminded REMIND_BEFORE ahead. An extension deletes the reminder's rows, which re-arms it.
+    """
     now = now or timezone.now()
     pending = Hold.objects.filter(status=Hold.Status.PENDING)
-    # Walks the pending-and-expiring partial index (hold_sweep_due); a hold is reminded once.
+    longest = Capability.objects.aggregate(longest=Max("remind_before"))["longest"] or REMIND_BEFORE
+    # Walks the pending-and-expiring partial index (hold_sweep_due) up to the longest window.
     remind = (
-        pending.filter(expires_at__gt=now, expires_at__lte=now + REMIND_BEFORE)
-        .filter(expires_at__gte=F("created_at") + REMIND_MIN_LIFE)
+        pending.filter(expires_at__gt=now, expires_at__lte=now + max(longest, REMIND_BEFORE))
+        .filter(
+            Q(
+                capability__remind_before__isnull=True,
+                expires_at__lte=now + REMIND_BEFORE,
+                expires_at__gte=F("created_at") + REMIND_MIN_LIFE,
+            )
+            | Q(
+                capability__remind_before__isnull=False,
+                expires_at__lte=Value(now, output_field=DateTimeField()) + F("capability__remind_before"),
+                expires_at__gt=F("created_at") + F("capability__remind_before"),
+            )
+        )
         .exclude(notifications__kind=Notification.Kind.REMINDER)
         .values_list("pk", flat=True)[:500]
     )
@@ -93,13 +110,31 @@ def approver_emails(hold: Hold) -> list[str]:
     return sorted(set(people.values_list("email", flat=True)))
 
 
+def left_words(hold: Hold) -> str:
+    """The reminder's "under an hour", or under the capability's remind_before."""
+    window = hold.capability.remind_before or REMIND_BEFORE
+    seconds = int(window.total_seconds())
+    if seconds == 3600:
+        return "an hour"
+    for unit, size in (("day", 86400), ("hour", 3600), ("minute", 60)):
+        if seconds >= size and seconds % size == 0:
+            count = seconds // size
+            return f"{count} {unit}{'s' if count != 1 else ''}"
+    return f"{seconds} seconds"
+
+
+def lead_line(hold: Hold, kind: str) -> str:
+    return f"Reminder, under {left_words(hold)} left" if kind == Notification.Kind.REMINDER else "Review needed"
+
+
 def email_message(hold: Hold, kind: str, to: str) -> mail.EmailMessage:
     reminder = kind == Notification.Kind.REMINDER
-    lead = "Reminder, under an hour left" if reminder else "Review needed"
+    lead = lead_line(hold, kind)
     body = render_to_string(
         "holds/email/hold.txt",
         {
             "reminder": reminder,
+            "left": left_words(hold),
             "intent": one_line(hold.intent, 500),
             "capability": hold.capability.name,
             "hold_id": hold.public_id,
@@ -122,7 +157,7 @@ def webhook_payload(hold: Hold, kind: str) -> dict:
     intent = _slack_escape(one_line(hold.intent, 500))
     capability = _slack_escape(hold.capability.name)
     url = hold_url(hold)
-    lead = "Reminder, under an hour left" if kind == Notification.Kind.REMINDER else "Review needed"
+    lead = lead_line(hold, kind)
     text = f"{lead}: {intent} ({capability}) <{url}|Open {hold.public_id}>"
     expires = f"expires {hold.expires_at:%Y-%m-%d %H:%M} UTC" if hold.expires_at else "no expiry"
     return {

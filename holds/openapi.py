@@ -58,6 +58,7 @@ def document() -> dict:
     models = [
         schemas.AskIn,
         schemas.DecisionIn,
+        schemas.ExtendIn,
         schemas.RunStartIn,
         schemas.ErrorOut,
         schemas.InvalidOut,
@@ -118,6 +119,18 @@ def document() -> dict:
                 body=schemas.DecisionIn,
                 responses={
                     "200": _json(schemas.DecisionOut, "decided"),
+                    **_errors(400, 401, 403, 404, 409, 413, 422, 429),
+                },
+            ),
+        },
+        "/v0/holds/{hold_id}/extend": {
+            "post": _op(
+                "Extend a pending hold's expiry: expires_at = now() + expires_in, with a reason",
+                security=KEY + SESSION,
+                params=[hold_id],
+                body=schemas.ExtendIn,
+                responses={
+                    "200": _json(schemas.HoldOut, "the hold with its new expires_at"),
                     **_errors(400, 401, 403, 404, 409, 413, 422, 429),
                 },
             ),

@@ -6,15 +6,16 @@ a page costs the same with ten holds or ten thousand, and each query walks one p
 """
 
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 
-from django.db.models import F, Q
+from django.db.models import F, Q, Value
+from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
 from .auth import Actor, decidable_holds
 from .ids import FILE, parse_public_id
 from .models import Capability, Hold, HoldItem, Invocation, RunFile
-from .paging import decode_cursor, encode_cursor, read_page
+from .paging import PAGE_SIZE, decode_cursor, encode_cursor, read_page
 
 NEW_CAP = 99  # "99+ new": the new-holds probe reads at most this many ids + 1
 
@@ -39,6 +40,24 @@ def _queue_base(actor: Actor, capabilities: list[Capability], *, show_all: bool,
     return holds
 
 
+# The queue's urgency buckets (SPEC "Settled"): under an hour left, under a day, later, never. Within
+# a bucket unclaimed holds come first, then soonest expiry, then oldest.
+BUCKETS = (timedelta(hours=1), timedelta(hours=24))
+
+
+def _segments(now: datetime) -> list[tuple[int, int, Q]]:
+    """(bucket, claimed, filter) in queue order; each is one range of the queue's partial index."""
+    ranges = [
+        Q(expires_at__lt=now + BUCKETS[0]),
+        Q(expires_at__gte=now + BUCKETS[0], expires_at__lt=now + BUCKETS[1]),
+        Q(expires_at__gte=now + BUCKETS[1]),
+        Q(expires_at__isnull=True),
+    ]
+    claimed = Q(claimed_until__gt=now)
+    unclaimed = Q(claimed_until__isnull=True) | Q(claimed_until__lte=now)
+    return [(b, c, r & (claimed if c else unclaimed)) for b, r in enumerate(ranges) for c in (0, 1)]
+
+
 def queue_page(
     actor: Actor,
     capabilities: list[Capability],
@@ -48,25 +67,53 @@ def queue_page(
     search: str = "",
     cursor: str = "",
 ) -> Page:
-    """Pending holds, soonest expiry first (never-expiring last), then oldest, then by id."""
+    """Pending holds by urgency bucket, unclaimed before claimed, then soonest expiry, then oldest.
+
+    One query: a UNION ALL of the eight (bucket, claimed) segments, each an ordered range of the
+    queue's partial index cut at a page, merged and cut again. The cursor carries the moment the first
+    page was read, so the buckets stay put while a person pages, and the last row's place in them.
+    """
     holds = _queue_base(actor, capabilities, show_all=show_all, capability=capability)
     if search:
         holds = holds.filter(search_text__contains=search.lower())
-    after = decode_cursor(cursor, 3)
-    if after:
-        expires, created, pk = _when(after[0]), _when(after[1]), after[2]
-        tail = Q(created_at__gt=created) | Q(created_at=created, pk__gt=pk)
-        if expires is None:
-            holds = holds.filter(Q(expires_at__isnull=True) & tail)
-        else:
-            holds = holds.filter(Q(expires_at__gt=expires) | Q(expires_at=expires) & tail | Q(expires_at__isnull=True))
-    holds = holds.select_related("capability").order_by(F("expires_at").asc(nulls_last=True), "created_at", "pk")
-    rows, more = read_page(holds)
+    after = decode_cursor(cursor, 6)
+    now = _when(after[0]) if after else None
+    if now is None:
+        after, now = None, timezone.now()
+    order = (F("expires_at").asc(nulls_last=True), "created_at", "pk")
+    parts = []
+    for bucket, claimed, where in _segments(now):
+        part = holds.filter(where)
+        if after:
+            key = (after[1], after[2])
+            if (bucket, claimed) < key:
+                continue
+            if (bucket, claimed) == key:
+                expires, created, pk = _when(after[3]), _when(after[4]), after[5]
+                tail = Q(created_at__gt=created) | Q(created_at=created, pk__gt=pk)
+                part = part.filter(
+                    tail if expires is None else Q(expires_at__gt=expires) | Q(expires_at=expires) & tail
+                )
+        part = part.annotate(queue_bucket=Value(bucket), queue_claimed=Value(claimed))
+        parts.append(part.select_related("capability", "claimed_by").order_by(*order)[: PAGE_SIZE + 1])
+    if not parts:
+        return Page(rows=[], next_cursor=None, cursor=cursor)
+    merged = parts[0].union(*parts[1:], all=True) if len(parts) > 1 else parts[0]
+    if len(parts) > 1:
+        merged = merged.order_by("queue_bucket", "queue_claimed", *order)
+    rows, more = read_page(merged)
     next_cursor = None
     if more:
         last = rows[-1]
         next_cursor = encode_cursor(
-            [last.expires_at.isoformat() if last.expires_at else None, last.created_at.isoformat(), last.pk]
+            [
+                now.isoformat(),
+                last.queue_bucket,
+                last.queue_claimed,
+                last.expires_at.isoformat() if last.expires_at else None,
+                last.created_at.isoformat(),
+                last.pk,
+            ]
         )
     return Page(rows=rows, next_cursor=next_cursor, cursor=cursor if after else "")
 

@@ -20,6 +20,7 @@ from django.db.models import BigIntegerField, Case, F, FloatField, OuterRef, Q, 
 from django.db.models.functions import TruncHour
 from django.utils import timezone
 
+from . import calibration
 from .models import AuditEvent, Capability, Hold, Invocation, OpsHour, OpsTotal, PendingCount
 
 HOUR = timedelta(hours=1)
@@ -187,6 +188,8 @@ def _seal(start: datetime, size: timedelta) -> None:
         for (metric, label), value in counts.items():
             if not OpsTotal.objects.filter(metric=metric, label=label).update(value=F("value") + value):
                 OpsTotal.objects.create(metric=metric, label=label, value=value)
+        # Calibration's sums of the same span, sealed once with it.
+        calibration.seal(start, start + size)
 
 
 # --- snapshots ----------------------------------------------------------------------------------

@@ -89,6 +89,18 @@ class DecisionIn(Strict):
     comment: str | None = None
 
 
+class ExtendIn(Strict):
+    expires_in: Annotated[int, Field(ge=MIN_EXPIRES_IN, le=MAX_EXPIRES_IN)]
+    reason: Annotated[str, StringConstraints(min_length=1, max_length=500)]
+
+
+def validate_extend(body: Any) -> tuple["ExtendIn | None", list[dict]]:
+    extend, errors = _pydantic_errors(ExtendIn, body)
+    if extend is not None and not extend.reason.strip():
+        return None, [{"field": "reason", "message": "a reason is required"}]
+    return extend, errors
+
+
 class RunStartIn(Strict):
     capability: NonEmpty
     input: dict[str, Any] = {}

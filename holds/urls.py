@@ -1,7 +1,7 @@
 from django.contrib.auth import views as auth_views
 from django.urls import path
 
-from . import login, views
+from . import calibration_views, confidence_views, extend_views, login, presence_views, views
 
 urlpatterns = [
     path("login/", login.login, name="login"),
@@ -11,5 +11,11 @@ urlpatterns = [
     path("holds/<str:hold_id>", views.hold_page, name="hold"),
     path("holds/<str:hold_id>/review", views.hold_review, name="hold-review"),
     path("holds/<str:hold_id>/decision", views.hold_decision, name="hold-decision"),
+    path("holds/<str:hold_id>/extend", extend_views.hold_extend, name="hold-extend"),
+    path("holds/<str:hold_id>/presence", presence_views.hold_presence, name="hold-presence"),
+    path("holds/<str:hold_id>/claim", presence_views.hold_claim, name="hold-claim"),
+    path("holds/<str:hold_id>/by-confidence", confidence_views.by_confidence_preview, name="hold-by-confidence"),
+    path("calibration", calibration_views.calibration_page, name="calibration"),
+    path("calibration.csv", calibration_views.calibration_csv, name="calibration-csv"),
     path("files/<str:file_id>", views.file_download, name="file"),
 ]

@@ -6,6 +6,7 @@ changes a status: deciding is services.hold_decide, whose errors map to pages wi
 """
 
 from dataclasses import dataclass
+from urllib.parse import quote, unquote
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
@@ -18,7 +19,7 @@ from django.utils.http import urlencode
 from django.views.decorators.http import require_GET, require_POST
 from django_htmx.http import reswap, retarget
 
-from . import queries, ratelimit, rendering, services
+from . import presence, queries, ratelimit, rendering, services
 from .api import serve_file
 from .auth import Actor, actor_for_user, approves, may_decide, may_see_file, may_view
 from .errors import Conflict, Forbidden, Invalid, NotFound, RateLimited
@@ -76,8 +77,20 @@ def queue(request):
         "filtered": bool(capability or search),
         "nav": "queue",
     }
+    _annotate_presence(actor, page.rows, request.user)
     template = "holds/queue.html" + ("#queue-rows" if request.htmx else "")
     return render(request, template, context)
+
+
+def _annotate_presence(actor: Actor, rows: list[Hold], user) -> None:
+    """Who else is looking at, and who claimed, each row the person may decide (one cache round trip)."""
+    now = timezone.now()
+    deciding = [h for h in rows if approves(actor, h.capability)]
+    looking = presence.others_many([h.pk for h in deciding], user)
+    for hold in deciding:
+        hold.looking = looking.get(hold.pk, [])
+        live = hold.claimed_until is not None and hold.claimed_until > now and hold.claimed_by is not None
+        hold.claim_name = hold.claimed_by.get_username() if live else ""
 
 
 def _int(text) -> int | None:
@@ -170,6 +183,25 @@ def _item_views(form: DecisionForm) -> list[ItemView]:
     return sorted(views, key=lambda v: (v.rank, v.item.position))
 
 
+EXTEND_CHOICES = (
+    (3600, "1 hour"),
+    (4 * 3600, "4 hours"),
+    (24 * 3600, "24 hours"),
+    (3 * 86400, "3 days"),
+    (7 * 86400, "7 days"),
+    (30 * 86400, "30 days"),
+)
+
+
+def extend_choices(hold: Hold) -> list[tuple[int, str]]:
+    """The Extend control's lengths from now that end at least a minute after the hold's current
+    expiry (a shorter one would be refused); none for a hold without expiry."""
+    if hold.expires_at is None:
+        return []
+    left = (hold.expires_at - timezone.now()).total_seconds()
+    return [(seconds, f"{label} from now") for seconds, label in EXTEND_CHOICES if seconds >= left + 60]
+
+
 def _hold_context(request, hold: Hold, actor: Actor, form: DecisionForm | None = None) -> dict:
     items = queries.hold_items(hold)
     form = form or DecisionForm(hold, items)
@@ -191,6 +223,9 @@ def _hold_context(request, hold: Hold, actor: Actor, form: DecisionForm | None =
         "overdue": hold.status == Hold.Status.PENDING and not open_,
         "actions": [(a, ACTION_LABELS[a]) for a in form.actions],
         "role": actor.role,
+        "extend_choices": extend_choices(hold) if decider and open_ else [],
+        "bc_thresholds": ("0.5", "0.7", "0.8", "0.9", "0.95", "1.0"),
+        **presence.hold_context(hold, request.user, shown=decider and open_),
     }
 
 
@@ -227,6 +262,7 @@ def hold_review(request, hold_id: str):
         "form": form,
         "items": _item_views(form),
         "copied_to": sum(1 for f in form.items if f.action in ("edit", "reject", "feedback")),
+        "by_confidence": " ".join(_by_confidence(request, form.items)),
         "role": actor.role,
     }
     template = "holds/review.html" + ("#last-look" if request.htmx else "")
@@ -245,11 +281,38 @@ def hold_decision(request, hold_id: str):
     try:
         # The same budget as decisions through the API: one person, one count.
         ratelimit.api_limit("decision", actor)
-        services.hold_decide(hold_id=hold.pk, actor=actor, body=body, fingerprint=request.POST.get("fingerprint", ""))
+        services.hold_decide(
+            hold_id=hold.pk,
+            actor=actor,
+            body=body,
+            fingerprint=request.POST.get("fingerprint", ""),
+            by_confidence=_by_confidence_ids(request, body),
+        )
     except (Conflict, Forbidden, Invalid, NotFound, RateLimited) as exc:
         return _refused(request, queries.hold_for_page(hold.pk) or hold, exc)
     messages.success(request, "Decision recorded. The agent will be resumed with it.")
     return see_other(reverse("hold", args=[hold.public_id]))
+
+
+def _by_confidence(request, item_forms) -> list[str]:
+    """The items (url-quoted ids) that approve-by-confidence set and that are still approved."""
+    applied = set(request.POST.get("by_confidence", "").split()[:100])
+    return [
+        quote(f.item.item_id, safe="")
+        for f in item_forms
+        if f.action == "approve" and quote(f.item.item_id, safe="") in applied
+    ]
+
+
+def _by_confidence_ids(request, body) -> list[str]:
+    """The confirmed decision's approved item ids that approve-by-confidence set (for calibration)."""
+    applied = {unquote(x) for x in request.POST.get("by_confidence", "").split()[:100]}
+    items = body.get("items") if isinstance(body, dict) else None
+    return [
+        i["id"]
+        for i in items or []
+        if isinstance(i, dict) and i.get("action") == "approve" and isinstance(i.get("id"), str) and i["id"] in applied
+    ]
 
 
 REFUSAL_TITLES = {

@@ -8,6 +8,7 @@ v0 = [
     path("holds", api.holds, name="api-holds"),
     path("holds/<str:hold_id>", api.hold_detail, name="api-hold"),
     path("holds/<str:hold_id>/decision", api.hold_decision, name="api-hold-decision"),
+    path("holds/<str:hold_id>/extend", api.hold_extend, name="api-hold-extend"),
     path("runs", api.runs, name="api-runs"),
     path("runs/<str:run_id>", api.run_detail, name="api-run"),
     path("runs/<str:run_id>/fail", api.run_fail, name="api-run-fail"),

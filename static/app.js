@@ -138,6 +138,25 @@
       case "f":
         if (choose("feedback")) event.preventDefault();
         return;
+      case "x":
+        // Extend: opens the hold's Extend control and puts the focus on its first field.
+        var extend = document.getElementById("extend");
+        if (extend) { event.preventDefault(); extend.open = true; document.getElementById("extend-expires-in").focus(); }
+        return;
+      case "b":
+        // Approve by confidence: opens it and shows the server's preview for the chosen threshold.
+        var byConfidence = document.getElementById("by-confidence");
+        if (byConfidence && !byConfidence.hidden) {
+          event.preventDefault();
+          byConfidence.open = true;
+          document.getElementById("bc-threshold").focus();
+          click("bc-preview-button");
+        }
+        return;
+      case "o":
+        // "I'm on it": takes the soft claim (or releases one's own).
+        if (click("claim-button")) event.preventDefault();
+        return;
       case "c":
         var comment = document.getElementById("comment");
         if (comment) { event.preventDefault(); comment.focus(); }
@@ -163,6 +182,19 @@
   }, true);
 
   document.addEventListener("click", function (event) {
+    // Approve by confidence, applied: checks Approve on the items the server's preview listed.
+    var apply = event.target.closest && event.target.closest("#bc-apply");
+    if (apply) {
+      apply.dataset.approve.split(" ").forEach(function (prefix) {
+        var radio = document.getElementById(prefix + "-approve");
+        if (radio) radio.click();
+      });
+      var applied = document.getElementById("bc-applied");
+      if (applied) applied.value = apply.dataset.items;
+      apply.textContent = "Approve set; decide the rest, then submit";
+      apply.disabled = true;
+      return;
+    }
     var close = event.target.closest && event.target.closest("[data-close-dialog]");
     if (close) {
       var dialog = close.closest("dialog");

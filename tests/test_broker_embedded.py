@@ -16,7 +16,7 @@ from django.db import connection, connections
 
 from tests.processes import ROOT, VENV_BIN, Processes, wait_until
 
-pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.needs_postgres]
+pytestmark = pytest.mark.django_db(transaction=True)
 
 PUBLISHERS = 4
 MESSAGES = 10_000

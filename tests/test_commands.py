@@ -1,6 +1,7 @@
 """The management commands the README documents: sync_capabilities, add_person,
 create_service_account, sweep_expired (tested in test_task_sweep.py) and seed_holds."""
 
+import datetime as dt
 import io
 import json
 
@@ -153,3 +154,31 @@ def test_seed_holds_leaves_the_database_vacuumed_as_after_any_bulk_load():
             time.sleep(0.1)
         else:
             pytest.fail("holds_hold was not vacuumed")
+
+
+def test_sync_reads_remind_before_as_a_duration_and_its_absence_as_none(tmp_path):
+    text = "capabilities:\n  pay:\n    endpoint: http://x.example\n    remind_before: 4h\n  refunds:\n    endpoint: http://y.example\n"
+    run("sync_capabilities", str(write(tmp_path, text)))
+    assert Capability.objects.get(name="pay").remind_before == dt.timedelta(hours=4)
+    assert Capability.objects.get(name="refunds").remind_before is None
+    run("sync_capabilities", str(write(tmp_path, text.replace("    remind_before: 4h\n", ""))))
+    assert Capability.objects.get(name="pay").remind_before is None  # left out: the default rule again
+
+
+@pytest.mark.parametrize("value", ["soon", "0s", "31d", "true"])
+def test_a_bad_remind_before_stops_the_sync(tmp_path, value):
+    path = write(tmp_path, f"capabilities:\n  pay:\n    endpoint: http://x.example\n    remind_before: {value}\n")
+    with pytest.raises(CommandError) as refused:
+        run("sync_capabilities", str(path))
+    assert "capability 'pay': key 'remind_before'" in str(refused.value)
+
+
+def test_sync_reads_confidence_default_from_0_to_1(tmp_path):
+    text = "capabilities:\n  pay:\n    endpoint: http://x.example\n    confidence_default: 1\n"
+    run("sync_capabilities", str(write(tmp_path, text)))
+    assert Capability.objects.get(name="pay").confidence_default == 1.0
+    for bad in ("1.5", "-0.1", "true", "high"):
+        path = write(tmp_path, text.replace("confidence_default: 1", f"confidence_default: {bad}"))
+        with pytest.raises(CommandError) as refused:
+            run("sync_capabilities", str(path))
+        assert "capability 'pay': key 'confidence_default'" in str(refused.value)

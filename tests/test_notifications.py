@@ -337,3 +337,41 @@ def test_its_links_only_open_the_hold_page(client, people):
     assert response.status_code == 200
     hold.refresh_from_db()
     assert hold.status == Hold.Status.PENDING  # a prefetching mail scanner decides nothing
+
+
+def test_remind_before_reminds_once_when_the_time_left_falls_below_it_and_again_after_an_extension(people, monkeypatch):
+    sent = []
+    monkeypatch.setattr(notify_tasks.notify, "delay", lambda *args: sent.append(args))
+    cap = factories.capability(remind_before=dt.timedelta(hours=6))
+    other = factories.capability(name="refunds")  # no remind_before: the default rule (under an hour)
+    hold = leaky_hold(cap, expires_in=24 * 3600)
+    short = leaky_hold(cap, expires_in=3 * 3600)  # asked with less time left than 6 h: never above it
+    default = leaky_hold(other, expires_in=24 * 3600)
+    Notification.objects.bulk_create(
+        Notification(hold=h, kind="asked", channel=c, sent_at=timezone.now())
+        for h in (hold, short, default)
+        for c in ("email", "webhook")
+    )
+    now = timezone.now()
+    assert notify_tasks.remind_due(now=now + dt.timedelta(hours=17)) == 0  # 7 h left
+    assert notify_tasks.remind_due(now=now + dt.timedelta(hours=18, minutes=5)) == 1
+    assert sent == [(hold.pk, "reminder")]
+    notifications.deliver(hold_id=hold.pk, kind="reminder", channel="email")
+    assert mail.outbox[0].subject.startswith("Reminder, under 6 hours left: ")
+    assert "expires in less than 6 hours." in mail.outbox[0].body
+    for secret in SECRETS:
+        assert secret not in mail.outbox[0].body
+    notifications.deliver(hold_id=hold.pk, kind="reminder", channel="webhook")
+    sent.clear()
+    assert notify_tasks.remind_due(now=now + dt.timedelta(hours=19)) == 0  # once
+    # An extension re-arms it: reminded again when the new deadline is under 6 h away.
+    Hold.objects.filter(pk=hold.pk).update(expires_at=timezone.now() + dt.timedelta(hours=4))
+    services.hold_extend(
+        hold_id=hold.pk, actor=actor_for_user(people["mona"]), body={"expires_in": 2 * 86400, "reason": "bank"}
+    )
+    assert notify_tasks.remind_due(now=now + dt.timedelta(hours=20)) == 0
+    assert notify_tasks.remind_due(now=now + dt.timedelta(hours=43)) == 1
+    assert sent == [(hold.pk, "reminder")]
+    sent.clear()
+    assert notify_tasks.remind_due(now=now + dt.timedelta(hours=23, minutes=30)) == 1  # the default rule
+    assert sent == [(default.pk, "reminder")]

@@ -15,13 +15,14 @@ from bench import seeding
 from holds import services
 from holds.auth import actor_for_account
 from holds.errors import Conflict
-from holds.models import Hold, Invocation
+from holds.models import AuditEvent, Hold, Invocation
 from tests import factories
 
 pytestmark = [pytest.mark.django_db(transaction=True)]
 
 TRIALS = 200
 APPROVE = {"items": [{"id": "INV-1", "action": "approve"}, {"id": "INV-2", "action": "approve"}]}
+EXTEND = {"expires_in": 3600, "reason": "more time"}
 REJECT = {"items": [{"id": "INV-1", "action": "reject"}, {"id": "INV-2", "action": "reject"}], "comment": "no"}
 
 
@@ -243,3 +244,41 @@ def test_an_answer_arriving_while_the_sweep_expires_its_hold_waits_and_releases_
     hold.refresh_from_db()
     assert hold.status == "expired"
     assert Invocation.objects.get(hold=hold).status != "waiting"
+
+
+def test_an_extension_against_the_sweep_at_expires_at_has_one_winner(cap, deciders):
+    outcomes = {"extended": 0, "expired": 0}
+    for trial in range(TRIALS):
+        run, hold = factories.held_hold(cap)
+        at = timezone.now() + dt.timedelta(milliseconds=60)
+        Hold.objects.filter(pk=hold.pk).update(expires_at=at)
+        # The extension's checks take a few milliseconds before its UPDATE: it starts 0-40 ms early, so
+        # that its UPDATE meets the deadline and the sweep from both sides.
+        early = dt.timedelta(milliseconds=trial % 21 * 2)
+
+        def at_expiry(fn, at=at):
+            def wrapped():
+                time.sleep(max(0.0, (at - timezone.now()).total_seconds()))
+                return fn()
+
+            return wrapped
+
+        extend = at_expiry(
+            lambda hold=hold: services.hold_extend(hold_id=hold.pk, actor=deciders[0], body=EXTEND), at - early
+        )
+        extended, swept = race(extend, at_expiry(services.holds_expire_due))
+        final = Hold.objects.get(pk=hold.pk)
+        if isinstance(extended, Hold):
+            assert final.status == "pending" and final.expires_at > at + dt.timedelta(minutes=59)
+            assert swept == 0 and not Invocation.objects.filter(hold=hold).exists()
+            outcomes["extended"] += 1
+        else:
+            assert isinstance(extended, Conflict) and extended.code == "expired", extended
+            if final.status == "pending":
+                assert services.holds_expire_due() == 1  # the sweep ran a hair early; the clock has passed now
+            assert Hold.objects.get(pk=hold.pk).status == "expired"
+            assert Invocation.objects.filter(hold=hold, kind="resume").count() == 1
+            outcomes["expired"] += 1
+    assert AuditEvent.objects.filter(kind="hold.extended").count() == outcomes["extended"]
+    # Both sides won some trials: the deadline was really contended.
+    assert outcomes["extended"] > 0 and outcomes["expired"] > 0, outcomes

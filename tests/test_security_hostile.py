@@ -27,7 +27,16 @@ FLAG = CORPUS["flag"]
 FILE_NAMES = [t for t in TEXTS if "/" not in t and "\\" not in t and len(t) <= 255][:20]
 
 # The only elements of our own templates that carry hx-* attributes (by id, or the body).
-OUR_HX = {"body", "queue-rows", "delivery", "decision-form"}
+OUR_HX = {
+    "body",
+    "queue-rows",
+    "delivery",
+    "decision-form",
+    "presence",
+    "claim-form",
+    "bc-threshold",
+    "bc-preview-button",
+}
 OUR_DIALOGS = {"keys-help", "last-look"}
 FORBIDDEN_TAGS = {"iframe", "object", "embed", "base", "img", "svg", "math", "template", "style", "noscript", "x"}
 

@@ -17,6 +17,7 @@ hand-written statement, ports what is handed out after commit.
 
 from .asks import hold_ask, hold_ask_by_token, hold_fingerprint
 from .audit import audit
+from .claims import CLAIM_FOR, RENEW_EVERY, hold_claim, hold_claim_renew, hold_release
 from .decisions import asked_items, decide_refusal, hold_decide, hold_refusal
 from .delivery import (
     Claim,
@@ -31,6 +32,7 @@ from .delivery import (
     invocations_due,
 )
 from .expiry import Expired, due_holds, holds_expire_batch, holds_expire_due
+from .extend import hold_extend
 from .runs import run_fail, run_file_add, run_start, run_state_delete, run_state_put
 from .team import (
     DEFAULTS,
@@ -45,6 +47,8 @@ from .team import (
 )
 
 __all__ = [
+    "CLAIM_FOR",
+    "RENEW_EVERY",
     "DEFAULTS",
     "Claim",
     "Expired",
@@ -60,9 +64,13 @@ __all__ = [
     "endpoint_take_probe",
     "hold_ask",
     "hold_ask_by_token",
+    "hold_claim",
+    "hold_claim_renew",
     "hold_decide",
+    "hold_extend",
     "hold_fingerprint",
     "hold_refusal",
+    "hold_release",
     "holds_expire_batch",
     "holds_expire_due",
     "invocation_claim",

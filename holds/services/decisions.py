@@ -71,12 +71,15 @@ def asked_items(hold: Hold, items: list[HoldItem]) -> dict[str, Asked]:
     }
 
 
-def hold_decide(*, hold_id: int, actor: Actor, body, fingerprint: str | None = None) -> Hold:
+def hold_decide(
+    *, hold_id: int, actor: Actor, body, fingerprint: str | None = None, by_confidence: list[str] | None = None
+) -> Hold:
     """A person or service account decides a hold, once.
 
     The hold moves pending -> decided in one conditional UPDATE that also tests the database's
     now() against expires_at, in the transaction that writes the per-item decisions and the
     resume invocation. A second, replayed or concurrent decision updates 0 rows and gets 409.
+    `by_confidence`: approved item ids that the page's approve-by-confidence set, kept in the audit event.
     """
     hold, items = _hold_to_decide(hold_id)
     if hold is None:
@@ -112,6 +115,10 @@ def hold_decide(*, hold_id: int, actor: Actor, body, fingerprint: str | None = N
         hold_id_ref=hold.pk,
         data={"actions": {i["id"]: i["action"] for i in resume_items}, "comment": comment},
     )
+    if by_confidence:
+        # Items that the page's approve-by-confidence set: calibration leaves them out.
+        approved = {i["id"] for i in resume_items if i["action"] == Action.APPROVE}
+        event.data["by_confidence"] = sorted(set(by_confidence) & approved)
     stamp = {
         "status": Hold.Status.DECIDED.value,
         "decided_at": timezone.now(),

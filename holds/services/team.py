@@ -19,6 +19,8 @@ DEFAULTS = {
     "approvers": [Role.ADMIN.value, Role.MEMBER.value],
     "self_approval": True,
     "notify": {},
+    "remind_before": None,
+    "confidence_default": None,
 }
 
 

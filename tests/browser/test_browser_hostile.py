@@ -27,7 +27,8 @@ Object.defineProperty(window, '__pwned', {
 
 # Every element with an hx-* or data-hx-* attribute, every on* attribute, every dangerous URL or element.
 AUDIT = """() => {
-  const ours = new Set(['BODY', 'queue-rows', 'delivery', 'decision-form', 'history-rows']);
+  const ours = new Set(['BODY', 'queue-rows', 'delivery', 'decision-form', 'history-rows', 'presence', 'claim-form',
+                        'bc-threshold', 'bc-preview-button']);
   const out = {hx: [], on: [], urls: [], tags: []};
   for (const el of document.querySelectorAll('*')) {
     for (const a of el.attributes) {

@@ -1,0 +1,169 @@
+"""Calibration's read model: does the agent's stated confidence mean anything?
+
+Per capability and data field, items decided by a person are counted in confidence buckets against
+how often the reviewer changed that field or turned the item down (reject and feedback count against
+every confidence field of the item). Expiries are not decisions; items that approve-by-confidence set
+(listed in the decision's audit event as `by_confidence`) say nothing about the agent and are left out.
+
+Kept like the ops sums (holds/rollup.py): each span of the audit log that the ops rollup seals is
+tallied here in the same transaction into CalibrationTotal, and a request adds only the live tail
+since the last seal (at most rollup.LIVE_LIMIT of decisions), so the page does not grow with history.
+"""
+
+from dataclasses import dataclass
+from datetime import datetime
+
+from django.db.models import F
+
+from .models import AuditEvent, AuditKind, CalibrationTotal, Capability, HoldItem
+
+# (lower bound, label) of each bucket; the last one includes 1.0.
+BUCKETS = ((0.0, "0–0.5"), (0.5, "0.5–0.7"), (0.7, "0.7–0.8"), (0.8, "0.8–0.9"), (0.9, "0.9–1.0"))
+LABELS = {f"{low:g}": label for low, label in BUCKETS}
+# A field is flagged when its 0.9+ values were changed more often than this, over enough decisions.
+FLAG_RATE = 0.2
+FLAG_MIN_DECISIONS = 20
+
+
+def bucket_of(confidence: float) -> str:
+    key = "0"
+    for low, _ in BUCKETS:
+        if confidence >= low:
+            key = f"{low:g}"
+    return key
+
+
+def tally(start: datetime | None, end: datetime | None = None) -> dict[tuple[int, str, str], list]:
+    """(capability id, field, bucket) -> [decisions, edited, confidence sum] for the human decisions
+    audited in [start, end). Two queries: the decisions' events, then their items with a confidence."""
+    events = AuditEvent.objects.filter(kind=AuditKind.HOLD_DECIDED)
+    if start is not None:
+        events = events.filter(at__gte=start)
+    if end is not None:
+        events = events.filter(at__lt=end)
+    by_confidence = {}
+    for hold_id, data in events.order_by().values_list("hold_id_ref", "data"):
+        data = data if isinstance(data, dict) else {}
+        by_confidence[hold_id] = set(data.get("by_confidence") or ())
+    counts: dict = {}
+    if not by_confidence:
+        return counts
+    items = (
+        HoldItem.objects.filter(hold_id__in=list(by_confidence))
+        .exclude(confidence={})
+        .exclude(confidence__isnull=True)
+        .order_by()
+        .values_list("hold_id", "hold__capability_id", "item_id", "confidence", "action", "data", "decided_data")
+    )
+    for hold_id, capability_id, item_id, confidence, action, data, decided_data in items:
+        if item_id in by_confidence.get(hold_id, ()) or not isinstance(confidence, dict):
+            continue
+        for field, value in confidence.items():
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                continue
+            if action in ("reject", "feedback"):
+                changed = True
+            elif action == "edit":
+                changed = (decided_data or {}).get(field) != (data or {}).get(field)
+            else:
+                changed = False
+            row = counts.setdefault((capability_id, field, bucket_of(value)), [0, 0, 0.0])
+            row[0] += 1
+            row[1] += int(changed)
+            row[2] += float(value)
+    return counts
+
+
+def seal(start: datetime, end: datetime) -> None:
+    """Adds [start, end) to the totals; the caller's transaction is the ops rollup's seal of that span."""
+    for (capability_id, field, bucket), (n, edited, total) in tally(start, end).items():
+        updated = CalibrationTotal.objects.filter(capability_id=capability_id, field=field, bucket=bucket).update(
+            decisions=F("decisions") + n, edited=F("edited") + edited, confidence_sum=F("confidence_sum") + total
+        )
+        if not updated:
+            CalibrationTotal.objects.create(
+                capability_id=capability_id,
+                field=field,
+                bucket=bucket,
+                decisions=n,
+                edited=edited,
+                confidence_sum=total,
+            )
+
+
+@dataclass
+class Cell:
+    bucket: str
+    label: str
+    decisions: int = 0
+    edited: int = 0
+    confidence_sum: float = 0.0
+
+    @property
+    def rate(self) -> float | None:
+        """How often the field was changed or its item turned down."""
+        return self.edited / self.decisions if self.decisions else None
+
+    @property
+    def kept(self) -> float | None:
+        """How often it was taken as stated: what a calibrated agent's confidence predicts."""
+        return None if self.rate is None else 1 - self.rate
+
+    @property
+    def mean_confidence(self) -> float | None:
+        return self.confidence_sum / self.decisions if self.decisions else None
+
+
+@dataclass
+class FieldRow:
+    capability: str
+    field: str
+    cells: list[Cell]
+
+    @property
+    def decisions(self) -> int:
+        return sum(c.decisions for c in self.cells)
+
+    @property
+    def flagged(self) -> bool:
+        top = self.cells[-1]
+        return top.decisions >= FLAG_MIN_DECISIONS and top.rate is not None and top.rate > FLAG_RATE
+
+
+def report(*, capability: Capability | None, now: datetime) -> list[FieldRow]:
+    """The sealed totals plus the live tail (rollup.recent's bound), per capability and field.
+    Four queries whatever the history holds: the watermark, the totals, and the tail's two."""
+    from . import rollup
+
+    start = rollup.sealed_until()
+    tail_start = max(start, now - rollup.LIVE_LIMIT) if start else now - rollup.LIVE_LIMIT
+    totals = CalibrationTotal.objects.select_related("capability").order_by()
+    if capability is not None:
+        totals = totals.filter(capability=capability)
+    sums: dict = {}
+    names: dict = {}
+    for row in totals:
+        names[row.capability_id] = row.capability.name
+        sums[row.capability_id, row.field, row.bucket] = [row.decisions, row.edited, row.confidence_sum]
+    for key, (n, edited, total) in tally(tail_start).items():
+        if capability is not None and key[0] != capability.pk:
+            continue
+        into = sums.setdefault(key, [0, 0, 0.0])
+        into[0] += n
+        into[1] += edited
+        into[2] += total
+    missing = {key[0] for key in sums} - set(names)
+    names.update(Capability.objects.filter(pk__in=missing).values_list("pk", "name"))
+    fields: dict = {}
+    for (capability_id, field, bucket), (n, edited, total) in sums.items():
+        cells = fields.setdefault((names[capability_id], field), {})
+        cells[bucket] = (n, edited, total)
+    rows = []
+    for (name, field), cells in sorted(fields.items()):
+        row = FieldRow(name, field, [])
+        for low, label in BUCKETS:
+            key = f"{low:g}"
+            n, edited, total = cells.get(key, (0, 0, 0.0))
+            row.cells.append(Cell(key, label, int(n), int(edited), float(total)))
+        rows.append(row)
+    return rows

@@ -1,0 +1,119 @@
+"""The calibration page (/calibration) and its CSV: stated confidence against what reviewers kept.
+
+Anyone signed in may read it. Thin: holds/calibration.py computes; the chart's geometry is here and
+its drawing in the template (an SVG: the diagonal a calibrated agent would follow, one line per field).
+"""
+
+import csv
+
+from django.contrib.auth.decorators import login_required
+from django.http import HttpResponse
+from django.shortcuts import render
+from django.utils import timezone
+from django.views.decorators.http import require_GET
+
+from . import calibration
+from .auth import actor_for_user
+from .models import Capability
+
+# The plot's square in SVG units, inside margins for the axes' labels.
+SIZE, LEFT, TOP = 240, 44, 12
+COLOURS = ("#1d4ed8", "#b45309", "#047857", "#7c3aed", "#be123c", "#0e7490", "#4d7c0f", "#a21caf")
+
+
+def _point(confidence: float, kept: float) -> tuple[float, float]:
+    return round(LEFT + confidence * SIZE, 1), round(TOP + (1 - kept) * SIZE, 1)
+
+
+def chart(rows: list[calibration.FieldRow]) -> dict:
+    """Per field, its buckets with decisions as points (x: mean stated confidence, y: share kept)."""
+    series = []
+    for n, row in enumerate(rows):
+        points = [
+            (*_point(cell.mean_confidence, cell.kept), cell)
+            for cell in row.cells
+            if cell.decisions and cell.mean_confidence is not None
+        ]
+        if points:
+            series.append(
+                {
+                    "row": row,
+                    "colour": COLOURS[n % len(COLOURS)],
+                    "points": points,
+                    "path": " ".join(f"{x},{y}" for x, y, _ in points),
+                }
+            )
+    return {
+        "series": series,
+        # x: the buckets' bounds; y: even quarters.
+        "x_ticks": [(round(LEFT + t * SIZE, 1), f"{t:g}") for t in (0, 0.5, 0.7, 0.8, 0.9, 1)],
+        "y_ticks": [(round(TOP + (1 - t) * SIZE, 1), f"{t:g}") for t in (0, 0.25, 0.5, 0.75, 1)],
+        "left": LEFT,
+        "top": TOP,
+        "right": LEFT + SIZE,
+        "bottom": TOP + SIZE,
+        "width": LEFT + SIZE + 16,
+        "height": TOP + SIZE + 40,
+        "x_label": TOP + SIZE + 34,
+        "mid": LEFT + SIZE / 2,
+        "size": SIZE,
+    }
+
+
+def _filter(request) -> tuple[list[Capability], Capability | None]:
+    capabilities = list(Capability.objects.order_by("name"))
+    chosen = request.GET.get("capability", "")
+    return capabilities, next((c for c in capabilities if c.name == chosen), None)
+
+
+@require_GET
+@login_required
+def calibration_page(request):
+    capabilities, capability = _filter(request)
+    rows = calibration.report(capability=capability, now=timezone.now())
+    context = {
+        "rows": rows,
+        "flagged": [row for row in rows if row.flagged],
+        "chart": chart(rows),
+        "buckets": [label for _, label in calibration.BUCKETS],
+        "capabilities": capabilities,
+        "capability": capability,
+        "flag_rate": int(calibration.FLAG_RATE * 100),
+        "flag_min": calibration.FLAG_MIN_DECISIONS,
+        "role": actor_for_user(request.user).role,
+        "nav": "calibration",
+    }
+    return render(request, "holds/calibration.html", context)
+
+
+@require_GET
+@login_required
+def calibration_csv(request):
+    capabilities, capability = _filter(request)
+    rows = calibration.report(capability=capability, now=timezone.now())
+    response = HttpResponse(content_type="text/csv; charset=utf-8")
+    response["Content-Disposition"] = 'attachment; filename="calibration.csv"'
+    writer = csv.writer(response)
+    writer.writerow(
+        ["capability", "field", "bucket", "decisions", "edited_or_rejected", "rate", "mean_confidence", "flagged"]
+    )
+    for row in rows:
+        for cell in row.cells:
+            writer.writerow(
+                [
+                    _cell(row.capability),
+                    _cell(row.field),
+                    cell.label.replace("–", "-"),
+                    cell.decisions,
+                    cell.edited,
+                    "" if cell.rate is None else f"{cell.rate:.4f}",
+                    "" if cell.mean_confidence is None else f"{cell.mean_confidence:.4f}",
+                    "yes" if row.flagged and cell is row.cells[-1] else "",
+                ]
+            )
+    return response
+
+
+def _cell(text: str) -> str:
+    """A field name is the agent's text: one starting like a formula is quoted for spreadsheets."""
+    return "'" + text if text[:1] in ("=", "+", "-", "@", "\t", "\r") else text

@@ -1,0 +1,58 @@
+"""The hold page's presence line and its "I'm on it" claim. Thin: presence.py (cache) and
+services.hold_claim / hold_claim_renew / hold_release (database)."""
+
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.shortcuts import render
+from django.urls import reverse
+from django.utils import timezone
+from django.views.decorators.http import require_POST
+
+from . import presence, services
+from .auth import may_decide
+from .errors import Conflict, Forbidden, NotFound
+from .responses import see_other
+from .views import _is_open, _load, _viewer
+
+
+def _context(request, hold, actor) -> dict:
+    shown = _is_open(hold) and may_decide(actor, hold)
+    return {"hold": hold, **presence.hold_context(hold, request.user, shown=shown)}
+
+
+@require_POST
+@login_required
+def hold_presence(request, hold_id: str):
+    """The page's poll: marks the person present (cache), renews their claim at most once a minute,
+    and answers the presence line."""
+    actor = _viewer(request)
+    hold = _load(hold_id)
+    # Only a claim of theirs that was renewed over a minute ago is written (the service re-checks
+    # with the database's clock); just looking writes nothing.
+    due = timezone.now() + services.CLAIM_FOR - services.RENEW_EVERY
+    if hold.claimed_by_id == request.user.pk and hold.claimed_until and hold.claimed_until <= due:
+        if _is_open(hold) and may_decide(actor, hold) and services.hold_claim_renew(hold_id=hold.pk, actor=actor):
+            hold = _load(hold_id)
+    return render(request, "holds/_presence.html", _context(request, hold, actor))
+
+
+@require_POST
+@login_required
+def hold_claim(request, hold_id: str):
+    actor = _viewer(request)
+    hold = _load(hold_id)
+    try:
+        if request.POST.get("release"):
+            services.hold_release(hold_id=hold.pk, actor=actor)
+            note = "Released: others see it as unclaimed."
+        else:
+            services.hold_claim(hold_id=hold.pk, actor=actor)
+            note = "You are on it: others see it as claimed by you for 15 minutes, renewed while this page is open."
+    except (Conflict, Forbidden, NotFound) as exc:
+        note = None
+        messages.error(request, f"Not claimed: {exc.message}")
+    if request.htmx:
+        return render(request, "holds/_presence.html", {**_context(request, _load(hold_id), actor), "note": note})
+    if note:
+        messages.success(request, note)
+    return see_other(reverse("hold", args=[hold.public_id]))

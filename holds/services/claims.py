@@ -1,0 +1,88 @@
+"""Soft claims: "I'm on it" marks a pending hold as one person's for CLAIM_FOR, renewed while their
+page stays open. A claim only informs: it never blocks a decision (hold_decide ignores it). Taking
+and releasing are audited; renewals are not, and write at most once per RENEW_EVERY."""
+
+from datetime import timedelta
+
+from django.db import transaction
+from django.db.models import Q
+from django.db.models.functions import Now
+from django.utils import timezone
+
+from ..auth import Actor, may_decide
+from ..errors import Conflict, Forbidden, NotFound
+from ..ids import HOLD, public_id
+from ..models import AuditKind, Hold
+from .audit import audit
+from .decisions import hold_refusal
+
+CLAIM_FOR = timedelta(minutes=15)
+RENEW_EVERY = timedelta(minutes=1)
+
+
+def _claimable(hold_id: int, actor: Actor) -> Hold:
+    hold = Hold.objects.select_related("capability", "run", "claimed_by").filter(pk=hold_id).first()
+    if hold is None:
+        raise NotFound(f"hold {public_id(HOLD, hold_id)} does not exist")
+    if actor.kind != "user" or not may_decide(actor, hold):
+        raise Forbidden("only a person who may decide this hold claims it")
+    if hold.status != Hold.Status.PENDING:
+        raise hold_refusal(hold)
+    if hold.expires_at and hold.expires_at <= timezone.now():
+        raise hold_refusal(Hold(status=Hold.Status.EXPIRED, expires_at=hold.expires_at))
+    return hold
+
+
+def hold_claim(*, hold_id: int, actor: Actor) -> Hold:
+    """Takes (or re-takes) the soft claim for CLAIM_FOR: a conditional UPDATE that succeeds when
+    the hold is pending and unclaimed, its claim ran out, or it is already this person's. Another
+    person's live claim -> 409 claimed. Audited when it was not already this person's live claim."""
+    hold = _claimable(hold_id, actor)
+    user = actor.user
+    mine = hold.claimed_by_id == user.pk and hold.claimed_until and hold.claimed_until > timezone.now()
+    with transaction.atomic():
+        taken = (
+            Hold.objects.filter(pk=hold.pk, status=Hold.Status.PENDING)
+            .filter(Q(claimed_by__isnull=True) | Q(claimed_until__lte=Now()) | Q(claimed_by=user))
+            .update(claimed_by=user, claimed_until=Now() + CLAIM_FOR)
+        )
+        if not taken:
+            fresh = Hold.objects.select_related("claimed_by").get(pk=hold.pk)
+            if fresh.status != Hold.Status.PENDING:
+                raise hold_refusal(fresh)
+            name = fresh.claimed_by.get_username() if fresh.claimed_by else "someone"
+            raise Conflict(f"{name} is on it already", code="claimed", claimed_by=name)
+        if not mine:
+            audit(AuditKind.HOLD_CLAIMED, actor, run_id=hold.run_id, hold_id=hold.pk, minutes=CLAIM_FOR.seconds // 60)
+    return Hold.objects.select_related("claimed_by").get(pk=hold.pk)
+
+
+def hold_claim_renew(*, hold_id: int, actor: Actor) -> bool:
+    """Renews this person's live claim while their page is open: writes only when the last renewal
+    is more than RENEW_EVERY old (the UPDATE's condition), so polling every few seconds costs one write
+    a minute. Not audited. False: nothing to renew (not theirs, ran out, or renewed a moment ago)."""
+    if actor.kind != "user":
+        return False
+    return bool(
+        Hold.objects.filter(
+            pk=hold_id,
+            status=Hold.Status.PENDING,
+            claimed_by=actor.user,
+            claimed_until__gt=Now(),
+            claimed_until__lte=Now() + (CLAIM_FOR - RENEW_EVERY),
+        ).update(claimed_until=Now() + CLAIM_FOR)
+    )
+
+
+def hold_release(*, hold_id: int, actor: Actor) -> bool:
+    """Gives up this person's claim (audited). False: it was not theirs (nothing changes)."""
+    if actor.kind != "user":
+        raise Forbidden("only a person releases their claim")
+    with transaction.atomic():
+        hold = Hold.objects.filter(pk=hold_id).only("pk", "run_id").first()
+        if hold is None:
+            raise NotFound(f"hold {public_id(HOLD, hold_id)} does not exist")
+        released = Hold.objects.filter(pk=hold_id, claimed_by=actor.user).update(claimed_by=None, claimed_until=None)
+        if released:
+            audit(AuditKind.HOLD_RELEASED, actor, run_id=hold.run_id, hold_id=hold.pk)
+    return bool(released)

@@ -1,0 +1,76 @@
+"""Extending a pending hold's expiry, by someone who may decide it (SPEC "Expiry extension and reminders")."""
+
+from datetime import timedelta
+
+from django.db import transaction
+from django.db.models.functions import Now
+from django.utils import timezone
+
+from ..auth import Actor, may_decide
+from ..errors import Forbidden, Invalid, NotFound
+from ..ids import HOLD, public_id
+from ..models import AuditKind, Hold, Notification
+from ..schemas import validate_extend
+from .audit import audit
+from .decisions import hold_refusal
+
+
+def hold_extend(*, hold_id: int, actor: Actor, body) -> Hold:
+    """Gives a pending hold that expires `expires_at = now() + expires_in`, with a reason, audited.
+
+    One conditional UPDATE on `pending` and the database's `now() < expires_at`: the sweep takes due
+    holds FOR UPDATE and re-checks them after the lock, so exactly one of the two wins a hold at its
+    deadline. The reminder's rows go in the same transaction, so the new deadline is reminded again.
+    Checks in SPEC's order (404, 403, 409, 422). Safe to run twice: the second extends again.
+    """
+    hold = Hold.objects.select_related("capability", "run").filter(pk=hold_id).first()
+    if hold is None:
+        raise NotFound(f"hold {public_id(HOLD, hold_id)} does not exist")
+    if actor.kind == "run":
+        raise Forbidden("a run token may read holds but never extend them")
+    if not may_decide(actor, hold):
+        raise Forbidden(f"your role may not decide holds of {hold.capability.name}")
+    # The application's clock answers early; the conditional UPDATE tests the database's.
+    if hold.status != Hold.Status.PENDING or (hold.expires_at and hold.expires_at <= timezone.now()):
+        raise _refusal(hold)
+    extend, errors = validate_extend(body)
+    if extend is None:
+        raise Invalid(errors)
+    if hold.expires_at is None:
+        raise Invalid([{"field": "expires_in", "message": "this hold never expires; there is nothing to extend"}])
+    new = Now() + timedelta(seconds=extend.expires_in)
+    with transaction.atomic():
+        extended = Hold.objects.filter(
+            pk=hold.pk, status=Hold.Status.PENDING, expires_at__gt=Now(), expires_at__lte=new
+        ).update(expires_at=new)
+        if extended:
+            Notification.objects.filter(hold=hold, kind=Notification.Kind.REMINDER).delete()
+            fresh = Hold.objects.select_related("capability", "run").get(pk=hold.pk)
+            audit(
+                AuditKind.HOLD_EXTENDED,
+                actor,
+                run_id=hold.run_id,
+                hold_id=hold.pk,
+                expires_in=extend.expires_in,
+                expires_at_before=hold.expires_at.isoformat(),
+                expires_at=fresh.expires_at.isoformat(),
+                reason=extend.reason.strip(),
+            )
+            return fresh
+    fresh = Hold.objects.get(pk=hold.pk)
+    # Expired by the database's clock (the one the UPDATE tested), swept or not.
+    if fresh.status != Hold.Status.PENDING or not Hold.objects.filter(pk=hold.pk, expires_at__gt=Now()).exists():
+        raise _refusal(fresh)
+    raise Invalid(
+        [{"field": "expires_in", "message": f"the hold already expires at {fresh.expires_at.isoformat()}, later"}]
+    )
+
+
+def _refusal(hold: Hold):
+    """409 naming the hold's status; a pending hold past its expiry counts as expired."""
+    status = hold.status if hold.status != Hold.Status.PENDING else Hold.Status.EXPIRED
+    refusal = hold_refusal(
+        Hold(**{**{f: getattr(hold, f) for f in ("expires_at", "decided_by", "decided_at")}, "status": status})
+    )
+    refusal.extra["status"] = str(status)
+    return refusal

@@ -1,0 +1,126 @@
+"""/calibration: the agent's stated confidence against what reviewers changed, from the rollup."""
+
+import csv
+import datetime as dt
+import io
+
+import pytest
+from django.utils import timezone
+
+from holds import calibration, rollup, services
+from holds.auth import actor_for_account
+from holds.models import AuditEvent, CalibrationTotal
+from tests import factories
+
+pytestmark = pytest.mark.django_db
+
+
+def hold_with(cap, confidences: list[dict]):
+    items = [
+        {"id": f"I-{n}", "title": f"Item {n}", "data": {"amount": "10.00", "payee": "Acme"}, "confidence": c}
+        for n, c in enumerate(confidences)
+    ]
+    return factories.held_hold(cap, factories.ask_body(items=items))[1]
+
+
+def decide(hold, actions: list[str], edited: dict | None = None):
+    actor = actor_for_account(factories.account(f"bot-{hold.pk}", role="member")[0])
+    items = []
+    for n, action in enumerate(actions):
+        item = {"id": f"I-{n}", "action": action}
+        if action == "edit":
+            item["data"] = {"amount": "10.00", "payee": "Acme", **(edited or {})}
+        items.append(item)
+    services.hold_decide(hold_id=hold.pk, actor=actor, body={"items": items, "comment": "no"})
+
+
+def by_field(rows):
+    return {(r.capability, r.field): {c.bucket: (c.edited, c.decisions) for c in r.cells if c.decisions} for r in rows}
+
+
+def test_it_counts_edits_per_field_and_rejects_against_every_field(cap):
+    decide(hold_with(cap, [{"amount": 0.95, "payee": 0.6}]), ["edit"], {"amount": "12.00"})
+    decide(hold_with(cap, [{"amount": 0.95, "payee": 0.6}]), ["reject"])
+    decide(hold_with(cap, [{"amount": 0.3}]), ["feedback"])
+    decide(hold_with(cap, [{"amount": 0.75}, {}]), ["approve", "reject"])  # no confidence: not counted
+    decide(hold_with(cap, [{"amount": 0.85}]), ["edit"], {})  # an edit that kept the amount
+    hold_with(cap, [{"amount": 0.95}])  # pending: not a decision
+    rows = calibration.report(capability=None, now=timezone.now())
+    assert by_field(rows) == {
+        ("pay_invoices", "amount"): {"0": (1, 1), "0.7": (0, 1), "0.8": (0, 1), "0.9": (2, 2)},
+        ("pay_invoices", "payee"): {"0.5": (1, 2)},
+    }
+
+
+def test_items_set_by_approve_by_confidence_are_left_out(cap):
+    hold = hold_with(cap, [{"amount": 0.95}, {"amount": 0.95}])
+    decide(hold, ["approve", "reject"])
+    event = AuditEvent.objects.get(kind="hold.decided", hold_id_ref=hold.pk)
+    counts = calibration.tally(None)
+    assert counts[cap.pk, "amount", "0.9"][:2] == [2, 1]
+    # A decision that lists I-0 as set by approve-by-confidence: only I-1 counts.
+    AuditEvent.objects.create(
+        kind="hold.decided", actor="x", hold_id_ref=hold.pk, data={"actions": {}, "by_confidence": ["I-0"]}
+    )
+    assert calibration.tally(event.at + dt.timedelta(microseconds=1))[cap.pk, "amount", "0.9"][:2] == [1, 1]
+
+
+def test_sealed_spans_and_the_live_tail_add_up_once(cap):
+    for _ in range(3):
+        decide(hold_with(cap, [{"amount": 0.95}]), ["reject"])
+    now = timezone.now()
+    # Seal everything so far, as beat does a minute after each bucket ends.
+    later = now + dt.timedelta(hours=2)
+    while rollup.rollup(now=later):
+        pass
+    assert CalibrationTotal.objects.get(field="amount", bucket="0.9").decisions == 3
+    assert rollup.rollup(now=later) == 0  # sealed once
+    rows = calibration.report(capability=None, now=later)
+    assert by_field(rows)[("pay_invoices", "amount")] == {"0.9": (3, 3)}
+
+
+def test_a_field_is_flagged_only_with_20_decisions_at_0_9_changed_over_20_percent(cap):
+    for n in range(19):
+        decide(hold_with(cap, [{"amount": 0.95}]), ["reject" if n < 5 else "approve"])
+    rows = calibration.report(capability=None, now=timezone.now())
+    assert not rows[0].flagged  # 5 of 19: too few decisions to say
+    decide(hold_with(cap, [{"amount": 0.95}]), ["approve"])
+    assert calibration.report(capability=None, now=timezone.now())[0].flagged  # 5 of 20 = 25 %
+
+
+def test_the_page_shows_chart_table_and_flag_to_anyone_signed_in(client, cap, viewer):
+    other = factories.capability(name="refunds")
+    for n in range(20):
+        decide(hold_with(cap, [{"amount": 0.95, "payee": 0.55}]), ["reject" if n < 6 else "approve"])
+    decide(hold_with(other, [{"payee": 0.8}]), ["approve"])
+    client.force_login(viewer)
+    page = client.get("/calibration").content.decode()
+    assert '<svg viewBox="0 0 300 292"' in page and 'class="diagonal"' in page
+    assert "Overconfident field:" in page and "<code>pay_invoices.amount</code> (6 of 20 at 0.9+ changed)" in page
+    assert "6 / 20" in page and "refunds</td>" in page
+    filtered = client.get("/calibration?capability=refunds").content.decode()
+    assert "pay_invoices" not in filtered.split("<main")[-1].split("Download CSV")[-1]
+    assert "0 / 1" in filtered
+    assert client.get("/calibration?capability=nope").status_code == 200
+
+
+def test_the_csv_has_every_bucket_and_quotes_formula_like_field_names(client, cap, member):
+    decide(hold_with(cap, [{"amount": 0.95}]), ["reject"])
+    hold = factories.held_hold(
+        cap,
+        factories.ask_body(items=[{"id": "I-0", "title": "t", "data": {"=cmd": 1}, "confidence": {"=cmd": 0.2}}]),
+    )[1]
+    actor = actor_for_account(factories.account("csv-bot", role="member")[0])
+    services.hold_decide(hold_id=hold.pk, actor=actor, body={"items": [{"id": "I-0", "action": "approve"}]})
+    client.force_login(member)
+    response = client.get("/calibration.csv?capability=pay_invoices")
+    assert response["Content-Type"].startswith("text/csv")
+    rows = list(csv.reader(io.StringIO(response.content.decode())))
+    assert rows[0][:5] == ["capability", "field", "bucket", "decisions", "edited_or_rejected"]
+    assert ["pay_invoices", "amount", "0.9-1.0", "1", "1", "1.0000", "0.9500", ""] in rows
+    assert rows[1][1] == "'=cmd" and len(rows) == 1 + 2 * 5
+
+
+def test_signed_out_people_are_sent_to_sign_in(client):
+    assert client.get("/calibration").status_code == 302
+    assert client.get("/calibration.csv").status_code == 302
