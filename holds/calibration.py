@@ -130,13 +130,9 @@ class FieldRow:
         return top.decisions >= FLAG_MIN_DECISIONS and top.rate is not None and top.rate > FLAG_RATE
 
 
-def report(*, capability: Capability | None, now: datetime) -> list[FieldRow]:
-    """The sealed totals plus the live tail (rollup.recent's bound), per capability and field.
-    Four queries whatever the history holds: the watermark, the totals, and the tail's two."""
-    from . import rollup
-
-    start = rollup.sealed_until()
-    tail_start = max(start, now - rollup.LIVE_LIMIT) if start else now - rollup.LIVE_LIMIT
+def report(*, capability: Capability | None, tail_start: datetime) -> list[FieldRow]:
+    """The sealed totals plus the live tail since `tail_start` (rollup.live_since), per capability and
+    field. Three queries whatever the history holds: the totals, and the tail's two."""
     totals = CalibrationTotal.objects.select_related("capability").order_by()
     if capability is not None:
         totals = totals.filter(capability=capability)

@@ -12,7 +12,7 @@ from django.shortcuts import render
 from django.utils import timezone
 from django.views.decorators.http import require_GET
 
-from . import calibration
+from . import calibration, rollup
 from .auth import actor_for_user
 from .models import Capability
 
@@ -66,11 +66,18 @@ def _filter(request) -> tuple[list[Capability], Capability | None]:
     return capabilities, next((c for c in capabilities if c.name == chosen), None)
 
 
+def _report(capability: Capability | None) -> list:
+    """Calibration's sealed totals and the live tail from where the ops rollup left off."""
+    return calibration.report(
+        capability=capability, tail_start=rollup.live_since(rollup.sealed_until(), timezone.now())
+    )
+
+
 @require_GET
 @login_required
 def calibration_page(request):
     capabilities, capability = _filter(request)
-    rows = calibration.report(capability=capability, now=timezone.now())
+    rows = _report(capability)
     context = {
         "rows": rows,
         "flagged": [row for row in rows if row.flagged],
@@ -90,7 +97,7 @@ def calibration_page(request):
 @login_required
 def calibration_csv(request):
     capabilities, capability = _filter(request)
-    rows = calibration.report(capability=capability, now=timezone.now())
+    rows = _report(capability)
     response = HttpResponse(content_type="text/csv; charset=utf-8")
     response["Content-Disposition"] = 'attachment; filename="calibration.csv"'
     writer = csv.writer(response)

@@ -44,6 +44,11 @@ ATTEMPT_OUTCOMES = ("answered", "retry", "failed", "undeliverable", "parked")
 LIVE_LIMIT = timedelta(minutes=10)
 
 
+def live_since(sealed: datetime | None, now: datetime) -> datetime:
+    """Where a request's live count starts: the seal, but never more than LIVE_LIMIT ago."""
+    return max(sealed, now - LIVE_LIMIT) if sealed else now - LIVE_LIMIT
+
+
 def bound_label(bound: float) -> str:
     return "+Inf" if bound == INF else f"{bound:g}"
 
@@ -239,7 +244,7 @@ def recent(now: datetime) -> dict:
     day, week = dict(sealed_day), dict(sealed_week)
     hours: dict = defaultdict(dict, {hour: dict(counts) for hour, counts in sealed_hours.items()})
     unsealed_since = start or first  # None: nothing was ever written to seal
-    tail_start = max(start, now - LIVE_LIMIT) if start else now - LIVE_LIMIT
+    tail_start = live_since(start, now)
     for hour, counts in _tally(_events(tail_start)).items():
         if hour >= day_since:
             _merge(day, counts)

@@ -38,6 +38,12 @@ def by_field(rows):
     return {(r.capability, r.field): {c.bucket: (c.edited, c.decisions) for c in r.cells if c.decisions} for r in rows}
 
 
+def report(now=None):
+    return calibration.report(
+        capability=None, tail_start=rollup.live_since(rollup.sealed_until(), now or timezone.now())
+    )
+
+
 def test_it_counts_edits_per_field_and_rejects_against_every_field(cap):
     decide(hold_with(cap, [{"amount": 0.95, "payee": 0.6}]), ["edit"], {"amount": "12.00"})
     decide(hold_with(cap, [{"amount": 0.95, "payee": 0.6}]), ["reject"])
@@ -45,7 +51,7 @@ def test_it_counts_edits_per_field_and_rejects_against_every_field(cap):
     decide(hold_with(cap, [{"amount": 0.75}, {}]), ["approve", "reject"])  # no confidence: not counted
     decide(hold_with(cap, [{"amount": 0.85}]), ["edit"], {})  # an edit that kept the amount
     hold_with(cap, [{"amount": 0.95}])  # pending: not a decision
-    rows = calibration.report(capability=None, now=timezone.now())
+    rows = report()
     assert by_field(rows) == {
         ("pay_invoices", "amount"): {"0": (1, 1), "0.7": (0, 1), "0.8": (0, 1), "0.9": (2, 2)},
         ("pay_invoices", "payee"): {"0.5": (1, 2)},
@@ -75,17 +81,17 @@ def test_sealed_spans_and_the_live_tail_add_up_once(cap):
         pass
     assert CalibrationTotal.objects.get(field="amount", bucket="0.9").decisions == 3
     assert rollup.rollup(now=later) == 0  # sealed once
-    rows = calibration.report(capability=None, now=later)
+    rows = report(later)
     assert by_field(rows)[("pay_invoices", "amount")] == {"0.9": (3, 3)}
 
 
 def test_a_field_is_flagged_only_with_20_decisions_at_0_9_changed_over_20_percent(cap):
     for n in range(19):
         decide(hold_with(cap, [{"amount": 0.95}]), ["reject" if n < 5 else "approve"])
-    rows = calibration.report(capability=None, now=timezone.now())
+    rows = report()
     assert not rows[0].flagged  # 5 of 19: too few decisions to say
     decide(hold_with(cap, [{"amount": 0.95}]), ["approve"])
-    assert calibration.report(capability=None, now=timezone.now())[0].flagged  # 5 of 20 = 25 %
+    assert report()[0].flagged  # 5 of 20 = 25 %
 
 
 def test_the_page_shows_chart_table_and_flag_to_anyone_signed_in(client, cap, viewer):
