@@ -69,6 +69,14 @@ class ItemResult:
     matches: bool | None
     diff: list = field(default_factory=list)
 
+    @property
+    def output_text(self) -> str:
+        return pretty(self.run.output)
+
+    @property
+    def expected_text(self) -> str:
+        return pretty(self.expected)
+
     def wire(self) -> dict:
         return {
             "run_id": self.run.public_id,
