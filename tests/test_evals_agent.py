@@ -259,3 +259,32 @@ def test_an_experiment_of_200_items_finishes_and_its_page_stays_flat(world, clie
         page = client.get(f"/experiments/{pages[large]}")
     assert page.status_code == 200 and page.content.count(b'<li class="experiment-item') == 200
     assert Experiment.objects.filter(status="finished").count() == 4
+
+
+def test_the_demo_dataset_replays_with_the_demo_agent_and_matches(world, client):
+    """`seed_holds --demo-runs` records two runs that it decides; an experiment with the demo agent
+    (examples/pay_invoices.py) replays their decisions, pays nothing, and matches."""
+    import importlib.util
+    import io
+    import pathlib
+
+    from holds import demo
+
+    path = pathlib.Path(__file__).resolve().parent.parent / "examples" / "pay_invoices.py"
+    spec = importlib.util.spec_from_file_location("example_pay_invoices_evals", path)
+    example = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(example)
+    world["agent"].handler = example.pay_invoices
+    factories.person("admin", role="admin")
+    out = io.StringIO()
+    recorded = demo.dataset(stdout=out, settle=lambda check: pump() or check())
+    assert recorded is not None, out.getvalue()
+    assert demo.dataset(stdout=out).pk == recorded.pk  # once
+    paid_before = len(example.PAYMENTS)
+    assert paid_before == 2  # INV-21 as edited and INV-22; INV-23 was rejected
+    started = ok(world["client"].post("/v0/experiments", json={"dataset": recorded.public_id}), 201)
+    pump()
+    experiment = ok(world["client"].get(f"/v0/experiments/{started['experiment_id']}"))
+    assert experiment["counts"]["completed"] == 2 and [r["matches"] for r in experiment["runs"]] == [True, True]
+    assert experiment["runs"][0]["output"]["paid"] == [{"id": "INV-21", "payee": "Hooli XYZ", "amount": "410.00"}]
+    assert len(example.PAYMENTS) == paid_before  # an eval run never pays
