@@ -327,3 +327,36 @@ def test_the_experiment_reads_as_spec_says(api, cap, dataset, member_key):
     assert api.get("/v0/experiments?cursor=zz", key=member_key).status_code == 422
     events = set(AuditEvent.objects.values_list("kind", flat=True))
     assert {"dataset.created", "dataset.item_added", "experiment.started", "experiment.finished"} <= events
+
+
+def test_the_openapi_document_describes_the_evals_answers(api, client, cap, dataset, member_key):
+    import jsonschema
+
+    doc = client.get("/v0/openapi.json").json()
+    assert {
+        "/v0/datasets",
+        "/v0/datasets/{dataset_id}",
+        "/v0/datasets/{dataset_id}/items",
+        "/v0/datasets/{dataset_id}/items/{item_id}",
+        "/v0/experiments",
+        "/v0/experiments/{experiment_id}",
+    } <= set(doc["paths"])
+
+    def check(path, method, response):
+        content = doc["paths"][path][method]["responses"][str(response.status_code)]["content"]
+        schema = content["application/json"]["schema"]
+        jsonschema.validate(response.json(), {"components": doc["components"], **schema})
+
+    item_id = add_item(api, dataset, member_key, recorded_holds=[{"ask": {"intent": "x"}, "resume": None}])
+    check("/v0/datasets", "get", api.get("/v0/datasets", key=member_key))
+    check("/v0/datasets/{dataset_id}", "get", api.get(f"/v0/datasets/{dataset}", key=member_key))
+    check("/v0/datasets/{dataset_id}/items", "get", api.get(f"/v0/datasets/{dataset}/items", key=member_key))
+    item = api.get(f"/v0/datasets/{dataset}/items/{item_id}", key=member_key)
+    check("/v0/datasets/{dataset_id}/items/{item_id}", "get", item)
+    started = api.post("/v0/experiments", {"dataset": dataset}, key=member_key)
+    check("/v0/experiments", "post", started)
+    check("/v0/experiments", "get", api.get("/v0/experiments", key=member_key))
+    read = api.get(f"/v0/experiments/{started.json()['experiment_id']}", key=member_key)
+    check("/v0/experiments/{experiment_id}", "get", read)
+    check("/v0/experiments", "post", api.post("/v0/experiments", {"dataset": 1}, key=member_key))  # 422
+    assert client.get("/v0/docs").status_code == 200
