@@ -39,13 +39,12 @@ from .evals import (
     eval_ask_refusal_for_invocation,
     eval_field,
     experiment_start,
-    experiments_finish,
     may_read_evals,
     recordable_run_problem,
     run_recording,
 )
 from .expiry import Expired, due_holds, holds_expire_batch, holds_expire_due
-from .runs import run_fail, run_file_add, run_start, run_state_delete, run_state_put
+from .runs import experiments_finish, run_fail, run_file_add, run_start, run_state_delete, run_state_put
 from .team import (
     DEFAULTS,
     capabilities_sync,

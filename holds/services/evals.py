@@ -4,7 +4,7 @@ An eval run is an ordinary run (outbox, retries, signing) with `experiment` set.
 its ask is refused with 409 eval_run and the run ends `asked_for_human` in the same transaction.
 """
 
-from django.db import IntegrityError, connection, transaction
+from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from ..auth import SYSTEM, Actor, approves, invocation_for_token, may_view
@@ -23,7 +23,7 @@ from ..models import (
     Run,
 )
 from ..schemas import schema_errors
-from . import ports, sql
+from . import ports
 from .audit import audit
 from .runs import finish_run, new_invocation
 
@@ -249,15 +249,3 @@ def eval_ask_refusal_for_invocation(invocation: Invocation) -> None:
         code="eval_run",
         run_id=run.public_id,
     )
-
-
-# --- completion -----------------------------------------------------------------------------------
-
-
-def experiments_finish(*, experiment_id: int | None = None) -> list[int]:
-    """Marks finished every running experiment (or this one) whose runs have all finished, by one
-    conditional UPDATE (sql.FINISH_EXPERIMENTS), audited in the same statement: a second beat, or a
-    run finishing at the same time, finishes nothing twice. Returns the experiments it finished."""
-    with connection.cursor() as cursor:
-        cursor.execute(sql.FINISH_EXPERIMENTS, {"experiment": experiment_id, "now": timezone.now()})
-        return [row[0] for row in cursor.fetchall()]

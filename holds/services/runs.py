@@ -127,7 +127,7 @@ def finish_run(run: Run, *, status: str, actor: Actor, output=None, error: str =
         # The experiment may be over now. After commit, so that this run reads as finished; two last
         # runs finishing at once may both miss it, and beat's experiments_finish catches that.
         experiment_id = run.experiment_id
-        transaction.on_commit(lambda: _finish_experiment(experiment_id))
+        transaction.on_commit(lambda: experiments_finish(experiment_id=experiment_id))
 
 
 FINISH_KIND = {
@@ -137,10 +137,13 @@ FINISH_KIND = {
 }
 
 
-def _finish_experiment(experiment_id: int) -> None:
-    from .evals import experiments_finish  # evals builds on this module
-
-    experiments_finish(experiment_id=experiment_id)
+def experiments_finish(*, experiment_id: int | None = None) -> list[int]:
+    """Marks finished every running experiment (or this one) whose runs have all finished, by one
+    conditional UPDATE (sql.FINISH_EXPERIMENTS), audited in the same statement: a second beat, or a
+    run finishing at the same time, finishes nothing twice. Returns the experiments it finished."""
+    with connection.cursor() as cursor:
+        cursor.execute(sql.FINISH_EXPERIMENTS, {"experiment": experiment_id, "now": timezone.now()})
+        return [row[0] for row in cursor.fetchall()]
 
 
 def run_state_put(*, run: Run, key: str, value, actor: Actor) -> None:
