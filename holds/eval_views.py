@@ -79,6 +79,7 @@ def experiment_page(request, experiment_id: str):
         raise Http404(f"experiment {experiment_id} does not exist")
     results, counts = experiments.experiment_results(experiment, with_diffs=True)
     previous = experiments.previous_experiment(experiment)
+    previous_results, previous_counts = experiments.experiment_results(previous) if previous else ([], None)
     context = {
         "experiment": experiment,
         "dataset": experiment.dataset,
@@ -87,7 +88,9 @@ def experiment_page(request, experiment_id: str):
         "matched": sum(1 for r in results if r.matches),
         "mismatched": sum(1 for r in results if r.matches is False),
         "previous": previous,
-        "previous_counts": experiments.counts_of(previous) if previous else None,
+        "previous_counts": previous_counts,
+        "previous_matched": sum(1 for r in previous_results if r.matches),
+        "previous_mismatched": sum(1 for r in previous_results if r.matches is False),
         "nav": "experiments",
         "role": actor.role,
     }

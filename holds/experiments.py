@@ -1,15 +1,13 @@
 """How datasets and experiments read (API and pages): strict JSON matching, diffs, totals.
 
 Reads only; every change goes through holds.services (evals). An experiment reads in a fixed number of
-queries however many items it has: its runs with their items in one, the previous experiment's totals
-in one more.
+queries however many items it has: its runs with their items in one, the previous experiment's in one
+more.
 """
 
 import difflib
 import json
 from dataclasses import dataclass, field
-
-from django.db.models import Count
 
 from .ids import DATASET, DATASET_ITEM, RUN, public_id
 from .models import Dataset, DatasetItem, Experiment, Run
@@ -110,19 +108,6 @@ def experiment_results(experiment: Experiment, *, with_diffs: bool = False) -> t
         counts["running" if run.status in (Run.Status.RUNNING, Run.Status.HELD) else run.status] += 1
         results.append(result)
     return results, counts
-
-
-def counts_of(experiment: Experiment) -> dict:
-    counts = dict.fromkeys(COUNTED, 0)
-    rows = (
-        Run.objects.filter(experiment=experiment, parent__isnull=True)
-        .values_list("status")
-        .annotate(n=Count("id"))
-        .order_by()
-    )
-    for status, n in rows:
-        counts["running" if status in (Run.Status.RUNNING, Run.Status.HELD) else status] += n
-    return counts
 
 
 def previous_experiment(experiment: Experiment) -> Experiment | None:
