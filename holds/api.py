@@ -396,9 +396,8 @@ def invocation_retry(request, invocation_id: str):
 MAX_DATASET_ITEM_BYTES = 4 * MAX_ASK_BYTES
 
 
-def eval_reader(request) -> Actor:
+def eval_reader(actor: Actor) -> Actor:
     """Datasets and experiments are visible to those who may see the capability's holds; never to a run."""
-    actor = caller(request)
     if not services.may_read_evals(actor):
         raise Forbidden("datasets and experiments are read by people and service accounts with a role")
     return actor
@@ -437,7 +436,7 @@ def page_wire(rows, wire) -> dict:
 def datasets(request):
     actor = caller(request)
     if request.method == "GET":
-        eval_reader(request)
+        eval_reader(actor)
         rows = Dataset.objects.select_related("capability").order_by("-pk")
         if request.GET.get("capability"):
             rows = rows.filter(capability__name=request.GET["capability"])
@@ -511,7 +510,7 @@ def dataset_item(request, dataset_id: str, item_id: str):
 def experiments_list(request):
     actor = caller(request)
     if request.method == "GET":
-        eval_reader(request)
+        eval_reader(actor)
         rows = cursor_filter(Experiment.objects.order_by("-pk"), request.GET)
         return JsonResponse(page_wire(rows, experiments.experiment_brief))
     body = read_json(request, MAX_ASK_BYTES)
@@ -530,7 +529,7 @@ def experiments_list(request):
 
 @endpoint("GET")
 def experiment_detail(request, experiment_id: str):
-    eval_reader(request)
+    eval_reader(caller(request))
     pk = parse_public_id(experiment_id, EXPERIMENT)
     experiment = Experiment.objects.filter(pk=pk).first() if pk else None
     if experiment is None:
