@@ -3,7 +3,9 @@
     AGENTOS_SECRET=whsec_… python examples/pay_invoices.py --port 8080
 
 Input: {"invoices": [{"id": "INV-1", "payee": "Acme", "amount": "120.00"}, …]}; without
-`invoices` it pays the three sample invoices below. Output: {"paid": […], "rejected": […]}.
+`invoices` it pays the three sample invoices below. Output: {"paid": […], "rejected": […]} (each
+payment's id is in run state, `once:pay:<invoice>`). In an experiment it replays the recorded
+decision and pays nothing.
 """
 
 from __future__ import annotations
@@ -37,7 +39,11 @@ def pay(invoice_id: str, payee: str, amount: str) -> dict[str, Any]:
 
 def pay_invoices(inv: agentos.Invocation) -> dict[str, Any]:
     invoices = (inv.input or {}).get("invoices") or SAMPLE_INVOICES
-    if inv.resume is None:
+    decision = inv.resume
+    if inv.eval is not None and inv.eval.recorded_holds:
+        # An experiment replays the recorded decision: nobody is asked (docs/sdk.md, "Evals").
+        decision = inv.eval.recorded_holds[0].resume
+    if decision is None:
         inv.state.run.put("progress", {"step": "asked", "invoices": len(invoices)})
         items = []
         for invoice in invoices:
@@ -49,6 +55,7 @@ def pay_invoices(inv: agentos.Invocation) -> dict[str, Any]:
             if "confidence" in invoice:
                 item["confidence"] = {"amount": invoice["confidence"]}
             items.append(item)
+        # In an eval run with no recorded decision this ends the run `asked_for_human`.
         inv.ask(
             f"Pay {len(items)} invoice{'' if len(items) == 1 else 's'}",
             items,
@@ -57,13 +64,11 @@ def pay_invoices(inv: agentos.Invocation) -> dict[str, Any]:
             expires_in=(inv.input or {}).get("expires_in", 86400),
         )
     paid = []
-    for decided in inv.resume.approved:  # approved or edited, with the data as decided
-        payment = inv.once(
-            f"pay:{decided.id}",
-            lambda d=decided: pay(d.id, d.data["payee"], d.data["amount"]),
-        )
-        paid.append({"id": decided.id, **decided.data, "payment_id": payment["payment_id"]})
-    rejected = [d.id for d in inv.resume.rejected]
+    for decided in decision.approved:  # approved or edited, with the data as decided
+        if inv.eval is None:  # an eval run never pays: side effects stay out of experiments
+            inv.once(f"pay:{decided.id}", lambda d=decided: pay(d.id, d.data["payee"], d.data["amount"]))
+        paid.append({"id": decided.id, **decided.data})
+    rejected = [d.id for d in decision.rejected]
     inv.state.run.put("progress", {"step": "done", "paid": len(paid)})
     return {"paid": paid, "rejected": rejected}
 

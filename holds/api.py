@@ -8,26 +8,38 @@ import functools
 import hashlib
 
 from django.core.files.uploadedfile import TemporaryUploadedFile
+from django.db.models import Count, Q
 from django.http import FileResponse, HttpResponse, JsonResponse
 from django.middleware.csrf import CsrfViewMiddleware
 from django.views.decorators.csrf import csrf_exempt
 
-from . import ratelimit, rendering, serializers, services
+from . import experiments, ratelimit, rendering, serializers, services
 from .auth import (
     Actor,
     account_for_key,
     actor_for_account,
     actor_for_invocation,
     actor_for_user,
+    approves,
     invocation_for_token,
     may_see_file,
     may_view,
     token_invocation_id,
 )
 from .errors import BadJson, Forbidden, Invalid, NotFound, ServiceError, TooLarge, Unauthorized
-from .ids import FILE, HOLD, RUN, parse_public_id
-from .models import Hold, Run, RunFile, RunState
-from .schemas import MAX_ASK_BYTES, MAX_FILE_BYTES, MAX_STATE_BYTES, parse_json, validate_start
+from .ids import DATASET, DATASET_ITEM, EXPERIMENT, FILE, HOLD, RUN, parse_public_id
+from .models import Dataset, DatasetItem, Experiment, Hold, Run, RunFile, RunState
+from .paging import decode_cursor, encode_cursor, read_page
+from .schemas import (
+    MAX_ASK_BYTES,
+    MAX_FILE_BYTES,
+    MAX_STATE_BYTES,
+    parse_json,
+    validate_dataset,
+    validate_dataset_item,
+    validate_experiment,
+    validate_start,
+)
 
 MAX_DECISION_BYTES = MAX_ASK_BYTES
 MAX_EXTEND_BYTES = 4096
@@ -186,9 +198,16 @@ def ask(request, token: str):
     if invocation_id is None:
         raise Unauthorized(UNKNOWN_TOKEN)
     ratelimit.limit("ask", ratelimit.token_identity(invocation_id))
-    body = read_json(request, MAX_ASK_BYTES)
+    try:
+        body = read_json(request, MAX_ASK_BYTES)
+    except (TooLarge, BadJson):
+        # An eval run's ask is 409 eval_run whatever its body (SPEC "Settled": Evals).
+        services.eval_ask_refusal(token=token)
+        raise
     hold = services.hold_ask_by_token(token=token, body=body)
     if hold is None:
+        # Nothing written: the token is dead (401), or its run is an eval run (409 eval_run).
+        services.eval_ask_refusal(token=token)
         raise Unauthorized(UNKNOWN_TOKEN)
     return JsonResponse({"hold_id": hold.public_id, "status": hold.status}, status=201)
 
@@ -382,3 +401,150 @@ def invocation_retry(request, invocation_id: str):
     # only to those who may retry it.
     invocation = services.invocation_retry(invocation_id=invocation_id, actor=actor)
     return JsonResponse({"invocation_id": invocation.id, "status": invocation.status})
+
+
+# --- evals: datasets and experiments (SPEC "Evals") ----------------------------------------------
+
+# A dataset item holds a run's input, its holds and its output: as much as an ask and a run together.
+MAX_DATASET_ITEM_BYTES = 4 * MAX_ASK_BYTES
+
+
+def eval_reader(actor: Actor) -> Actor:
+    """Datasets and experiments are visible to those who may see the capability's holds; never to a run."""
+    if not services.may_read_evals(actor):
+        raise Forbidden("datasets and experiments are read by people and service accounts with a role")
+    return actor
+
+
+def get_dataset(actor: Actor, dataset_id: str) -> Dataset:
+    pk = parse_public_id(dataset_id, DATASET)
+    dataset = Dataset.objects.select_related("capability").filter(pk=pk).first() if pk else None
+    if dataset is None:
+        raise NotFound(f"dataset {dataset_id} does not exist")
+    if not services.may_read_evals(actor):
+        raise Forbidden("datasets are read by people and service accounts with a role")
+    return dataset
+
+
+def may_record(actor: Actor, dataset: Dataset) -> None:
+    if not approves(actor, dataset.capability):
+        raise Forbidden(f"only approvers of {dataset.capability.name} change its datasets and start experiments")
+
+
+def cursor_filter(rows, params):
+    if params.get("cursor"):
+        last = decode_cursor(params["cursor"], 1)
+        if last is None:
+            raise Invalid([{"field": "cursor", "message": "not a cursor this server gave out"}])
+        rows = rows.filter(pk__lt=last[0])
+    return rows
+
+
+def page_wire(rows, wire) -> dict:
+    page, more = read_page(rows)
+    return {"items": [wire(row) for row in page], "next_cursor": encode_cursor([page[-1].pk]) if more else None}
+
+
+@endpoint("GET", "POST")
+def datasets(request):
+    actor = caller(request)
+    if request.method == "GET":
+        eval_reader(actor)
+        rows = Dataset.objects.select_related("capability").order_by("-pk")
+        if request.GET.get("capability"):
+            rows = rows.filter(capability__name=request.GET["capability"])
+        rows = cursor_filter(rows, request.GET).annotate(
+            live_items=Count("items", filter=Q(items__deleted_at__isnull=True))
+        )
+        return JsonResponse(page_wire(rows, lambda d: experiments.dataset_wire(d, d.live_items)))
+    body = read_json(request, MAX_ASK_BYTES)
+    if actor.kind == "run":
+        raise Forbidden("a run token may not create datasets")
+    start, errors = validate_dataset(body)
+    if errors:
+        raise Invalid(errors)
+    dataset = services.dataset_create(name=start.name, capability_name=start.capability, actor=actor)
+    return JsonResponse({"dataset_id": dataset.public_id}, status=201)
+
+
+@endpoint("GET")
+def dataset_detail(request, dataset_id: str):
+    actor = caller(request)
+    dataset = get_dataset(actor, dataset_id)
+    count = DatasetItem.objects.filter(dataset=dataset, deleted_at__isnull=True).count()
+    return JsonResponse(experiments.dataset_wire(dataset, count))
+
+
+@endpoint("GET", "POST")
+def dataset_items(request, dataset_id: str):
+    actor = caller(request)
+    if request.method == "GET":
+        dataset = get_dataset(actor, dataset_id)
+        rows = cursor_filter(DatasetItem.objects.filter(dataset=dataset, deleted_at__isnull=True), request.GET)
+        return JsonResponse(page_wire(rows.order_by("-pk"), experiments.item_wire))
+    body = read_json(request, MAX_DATASET_ITEM_BYTES)
+    dataset = get_dataset(actor, dataset_id)
+    may_record(actor, dataset)
+    parsed, errors = validate_dataset_item(body)
+    if errors:
+        raise Invalid(errors)
+    if hasattr(parsed, "from_run"):
+        item = services.dataset_item_from_run(
+            dataset=dataset, run_pk=parse_public_id(parsed.from_run, RUN), actor=actor
+        )
+    else:
+        item = services.dataset_item_add(
+            dataset=dataset,
+            actor=actor,
+            input=parsed.input,
+            recorded_holds=[h.model_dump(exclude_none=False) for h in parsed.recorded_holds],
+            expected_output=parsed.expected_output,
+        )
+    return JsonResponse({"item_id": item.public_id}, status=201)
+
+
+@endpoint("GET", "DELETE")
+def dataset_item(request, dataset_id: str, item_id: str):
+    actor = caller(request)
+    dataset = get_dataset(actor, dataset_id)
+    pk = parse_public_id(item_id, DATASET_ITEM)
+    item = DatasetItem.objects.filter(pk=pk, dataset=dataset, deleted_at__isnull=True).first() if pk else None
+    if item is None:
+        raise NotFound(f"dataset item {item_id} does not exist in {dataset.public_id}")
+    if request.method == "GET":
+        return JsonResponse(experiments.item_wire(item))
+    may_record(actor, dataset)
+    item.dataset = dataset
+    services.dataset_item_delete(item=item, actor=actor)
+    return HttpResponse(status=204)
+
+
+@endpoint("GET", "POST")
+def experiments_list(request):
+    actor = caller(request)
+    if request.method == "GET":
+        eval_reader(actor)
+        rows = cursor_filter(Experiment.objects.order_by("-pk"), request.GET)
+        return JsonResponse(page_wire(rows, experiments.experiment_brief))
+    body = read_json(request, MAX_ASK_BYTES)
+    if actor.kind == "run":
+        raise Forbidden("a run token may not start experiments")
+    dataset_id = body.get("dataset") if isinstance(body, dict) else None
+    dataset = get_dataset(actor, dataset_id) if isinstance(dataset_id, str) and dataset_id else None
+    if dataset is not None:
+        may_record(actor, dataset)
+    _, errors = validate_experiment(body)
+    if errors:
+        raise Invalid(errors)
+    experiment, runs = services.experiment_start(dataset=dataset, actor=actor)
+    return JsonResponse({"experiment_id": experiment.public_id, "runs": [run.public_id for run in runs]}, status=201)
+
+
+@endpoint("GET")
+def experiment_detail(request, experiment_id: str):
+    eval_reader(caller(request))
+    pk = parse_public_id(experiment_id, EXPERIMENT)
+    experiment = Experiment.objects.filter(pk=pk).first() if pk else None
+    if experiment is None:
+        raise NotFound(f"experiment {experiment_id} does not exist")
+    return JsonResponse(experiments.experiment_wire(experiment))

@@ -35,7 +35,7 @@ def invocation_body(invocation: Invocation) -> dict:
             "api_url": settings.RQ_PUBLIC_URL,
             "run_token": run_token_for(invocation.id),
             "input": run.input,
-            "eval": None,
+            "eval": services.eval_field(run),
         },
         "resume": invocation.resume if invocation.kind == Invocation.Kind.RESUME else None,
     }

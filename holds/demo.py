@@ -1,9 +1,12 @@
 """The demo that `make run` loads (`manage.py seed_holds --demo`, then `--demo-runs`): two people, the
-`pay_invoices` capability from agentos.yaml, and three runs that the demo agent turns into holds
-through the real API. Everything goes through services; each step is safe to run again."""
+`pay_invoices` capability from agentos.yaml, three runs that the demo agent turns into holds through
+the real API, and a dataset recorded from two extra runs that the seeder decides itself. Everything
+goes through services; each step is safe to run again."""
 
 import json
 import secrets
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 from django.conf import settings
@@ -11,8 +14,8 @@ from django.contrib.auth import get_user_model
 from django.core.management import call_command
 
 from . import services
-from .auth import SYSTEM
-from .models import Capability, Run
+from .auth import SYSTEM, actor_for_user
+from .models import Capability, Dataset, Hold, Run
 
 DEMO_PEOPLE = (("admin", "admin"), ("member", "member"))
 DEMO_INPUTS = (
@@ -55,3 +58,74 @@ def runs(*, stdout) -> None:
     for data in DEMO_INPUTS:
         run, _ = services.run_start(capability_name="pay_invoices", input=data, actor=SYSTEM)
         stdout.write(f"started {run.public_id}; the demo agent will ask for a decision")
+
+
+DEMO_DATASET = "Demo: decided invoices"
+# Two extra runs, decided by the seeder (an edit, and an approve with a reject), then recorded.
+DATASET_INPUTS = (
+    {"invoices": [{"id": "INV-21", "payee": "Hooli", "amount": "410.00", "confidence": 0.55}]},
+    {
+        "invoices": [
+            {"id": "INV-22", "payee": "Wayne Enterprises", "amount": "88.00"},
+            {"id": "INV-23", "payee": "Cyberdyne", "amount": "19999.99"},
+        ]
+    },
+)
+DATASET_DECISIONS = (
+    {"items": [{"id": "INV-21", "action": "edit", "data": {"payee": "Hooli XYZ", "amount": "410.00"}}]},
+    {
+        "items": [{"id": "INV-22", "action": "approve"}, {"id": "INV-23", "action": "reject"}],
+        "comment": "INV-23 is a duplicate",
+    },
+)
+
+
+def wait_for(check: Callable[[], bool], seconds: float = 60.0) -> bool:
+    """Polls until `check()` holds (the worker and the demo agent do the work meanwhile)."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if check():
+            return True
+        time.sleep(0.5)
+    return check()
+
+
+def dataset(*, stdout, wait: float = 60.0, settle: Callable | None = None) -> Dataset | None:
+    """The demo dataset, once: two extra runs of the demo agent, decided here as the demo admin, recorded
+    when they complete. Needs the worker and the agent running (`make run` starts them first)."""
+    settle = settle or (lambda check: wait_for(check, wait))
+    existing = Dataset.objects.filter(name=DEMO_DATASET).first()
+    if existing is not None:
+        stdout.write(f"demo dataset {existing.public_id} exists already")
+        return existing
+    admin = actor_for_user(get_user_model().objects.get(username="admin"))
+    # The extra runs of an earlier attempt (whose agent was slow) are taken up again, not started twice.
+    runs = [
+        Run.objects.filter(input=data, parent=None).order_by("pk").first()
+        or services.run_start(capability_name="pay_invoices", input=data, actor=SYSTEM)[0]
+        for data in DATASET_INPUTS
+    ]
+    pks = [run.pk for run in runs]
+
+    def asked() -> bool:
+        return Hold.objects.filter(run_id__in=pks).values("run_id").distinct().count() == len(pks)
+
+    if not settle(asked):
+        stdout.write("the demo agent did not ask in time; no demo dataset yet (`seed_holds --demo-runs` again)")
+        return None
+    for run, decision in zip(runs, DATASET_DECISIONS, strict=True):
+        hold = Hold.objects.filter(run=run, status=Hold.Status.PENDING).first()
+        if hold is not None:
+            services.hold_decide(hold_id=hold.pk, actor=admin, body=decision)
+
+    def completed() -> bool:
+        return Run.objects.filter(pk__in=pks, status=Run.Status.COMPLETED).count() == len(pks)
+
+    if not settle(completed):
+        stdout.write("the demo runs did not complete in time; no demo dataset")
+        return None
+    recorded = services.dataset_create(name=DEMO_DATASET, capability_name="pay_invoices", actor=admin)
+    for run in runs:
+        services.dataset_item_from_run(dataset=recorded, run_pk=run.pk, actor=admin)
+    stdout.write(f"recorded {len(runs)} decided runs into dataset {recorded.public_id} ({DEMO_DATASET})")
+    return recorded

@@ -1,7 +1,9 @@
-"""The public ids: `h_7` (hold), `r_501` (run), `f_12` (file) name rows by primary key; invocation ids
-are `inv_…` strings of their own (models.new_invocation_id)."""
+"""The public ids: `h_7` (hold), `r_501` (run), `f_12` (file), `ds_1`, `di_1`, `ex_1` (evals) name rows
+by primary key; invocation ids are `inv_…` strings of their own (models.new_invocation_id)."""
 
 HOLD, RUN, FILE = "h", "r", "f"
+# Evals: datasets, their items, experiments.
+DATASET, DATASET_ITEM, EXPERIMENT = "ds", "di", "ex"
 
 
 def public_id(prefix: str, pk: int) -> str:

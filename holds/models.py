@@ -15,7 +15,7 @@ from django.conf import settings
 from django.db import models
 from django.db.models import Q
 
-from .ids import FILE, HOLD, RUN, public_id
+from .ids import DATASET, DATASET_ITEM, EXPERIMENT, FILE, HOLD, RUN, public_id
 
 
 class ExactJSONField(models.TextField):
@@ -48,6 +48,16 @@ class RunStatus(models.TextChoices):
     HELD = "held"
     COMPLETED = "completed"
     FAILED = "failed"
+    # Final, eval runs only: the agent asked for a person, and an eval run never reaches one.
+    ASKED_FOR_HUMAN = "asked_for_human"
+
+
+FINISHED_RUN = (RunStatus.COMPLETED, RunStatus.FAILED, RunStatus.ASKED_FOR_HUMAN)
+
+
+class ExperimentStatus(models.TextChoices):
+    RUNNING = "running"
+    FINISHED = "finished"
 
 
 class HoldStatus(models.TextChoices):
@@ -113,6 +123,13 @@ class AuditKind(models.TextChoices):
     SERVICE_ACCOUNT_CREATED = "service_account.created", "service account created"
     SERVICE_ACCOUNT_ROLE_CHANGED = "service_account.role_changed", "service account's role changed"
     SERVICE_ACCOUNT_REVOKED = "service_account.revoked", "service account revoked"
+    RUN_ASKED_FOR_HUMAN = "run.asked_for_human", "eval run asked for a person"
+    RUN_STALE_ANSWER = "run.stale_answer", "answer for a finished run ignored"
+    DATASET_CREATED = "dataset.created", "dataset created"
+    DATASET_ITEM_ADDED = "dataset.item_added", "dataset item added"
+    DATASET_ITEM_DELETED = "dataset.item_deleted", "dataset item deleted"
+    EXPERIMENT_STARTED = "experiment.started", "experiment started"
+    EXPERIMENT_FINISHED = "experiment.finished", "experiment finished"
 
 
 class Capability(models.Model):
@@ -181,7 +198,7 @@ class Run(models.Model):
     # A run keeps the version and endpoint it started with; its resumes use them.
     version = models.CharField(max_length=50)
     endpoint = models.URLField(max_length=500)
-    status = models.CharField(max_length=10, choices=Status.choices, default=Status.RUNNING)
+    status = models.CharField(max_length=20, choices=Status.choices, default=Status.RUNNING)
     seq = models.PositiveIntegerField(default=0)
     input = ExactJSONField(default=dict)
     output = ExactJSONField(null=True, blank=True)
@@ -195,10 +212,24 @@ class Run(models.Model):
     )
     created_at = models.DateTimeField(auto_now_add=True)
     finished_at = models.DateTimeField(null=True, blank=True)
+    # Set on eval runs (an experiment's, and the children they start): they never reach a person.
+    experiment = models.ForeignKey(
+        "Experiment", null=True, blank=True, on_delete=models.PROTECT, related_name="runs", db_index=False
+    )
+    dataset_item = models.ForeignKey(
+        "DatasetItem", null=True, blank=True, on_delete=models.PROTECT, related_name="+", db_index=False
+    )
 
     class Meta:
         constraints = [
             models.CheckConstraint(condition=Q(status__in=RunStatus.values), name="run_status_valid"),
+            models.CheckConstraint(
+                condition=~Q(status="asked_for_human") | Q(experiment__isnull=False), name="asked_for_human_is_eval"
+            ),
+        ]
+        indexes = [
+            # An experiment's runs (its page and its completion); ordinary runs stay out of the index.
+            models.Index(fields=["experiment", "id"], condition=Q(experiment__isnull=False), name="run_by_experiment"),
         ]
 
     def __str__(self) -> str:
@@ -210,7 +241,11 @@ class Run(models.Model):
 
     @property
     def finished(self) -> bool:
-        return self.status in (self.Status.COMPLETED, self.Status.FAILED)
+        return self.status in FINISHED_RUN
+
+    @property
+    def is_eval(self) -> bool:
+        return self.experiment_id is not None
 
     @property
     def started_by_label(self) -> str:
@@ -634,3 +669,70 @@ class Notification(models.Model):
 
     def __str__(self) -> str:
         return f"{public_id(HOLD, self.hold_id)} {self.kind} {self.channel}"
+
+
+# --- evals: datasets of recorded runs, experiments that replay them (SPEC "Evals") ---------------
+
+
+class Dataset(models.Model):
+    capability = models.ForeignKey(Capability, on_delete=models.PROTECT, related_name="datasets")
+    name = models.CharField(max_length=200)
+    created_by = models.CharField(max_length=200)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["capability", "name"], name="dataset_name_unique")]
+
+    def __str__(self) -> str:
+        return f"{self.public_id} {self.name}"
+
+    @property
+    def public_id(self) -> str:
+        return public_id(DATASET, self.pk)
+
+
+class DatasetItem(models.Model):
+    """One recorded case: the input, each hold (its ask and the resume that was sent, null if none was),
+    and the expected output. Deleting one hides it (deleted_at): experiments that ran it still show it."""
+
+    dataset = models.ForeignKey(Dataset, on_delete=models.CASCADE, related_name="items")
+    input = ExactJSONField(default=dict)
+    recorded_holds = ExactJSONField(default=list)
+    expected_output = ExactJSONField(null=True, blank=True)
+    source_run = models.ForeignKey(Run, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    created_by = models.CharField(max_length=200)
+    created_at = models.DateTimeField(auto_now_add=True)
+    deleted_at = models.DateTimeField(null=True, blank=True)
+
+    def __str__(self) -> str:
+        return self.public_id
+
+    @property
+    def public_id(self) -> str:
+        return public_id(DATASET_ITEM, self.pk)
+
+
+class Experiment(models.Model):
+    Status = ExperimentStatus
+
+    dataset = models.ForeignKey(Dataset, on_delete=models.PROTECT, related_name="experiments")
+    status = models.CharField(max_length=10, choices=Status.choices, default=Status.RUNNING)
+    started_by = models.CharField(max_length=200)
+    created_at = models.DateTimeField(auto_now_add=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        constraints = [
+            models.CheckConstraint(condition=Q(status__in=ExperimentStatus.values), name="experiment_status_valid"),
+        ]
+        indexes = [
+            # The completion beat looks only at running experiments.
+            models.Index(fields=["id"], condition=Q(status="running"), name="experiment_running"),
+        ]
+
+    def __str__(self) -> str:
+        return self.public_id
+
+    @property
+    def public_id(self) -> str:
+        return public_id(EXPERIMENT, self.pk)

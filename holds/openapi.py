@@ -32,7 +32,7 @@ def _errors(*codes: int) -> dict:
         403: "forbidden",
         404: "not_found",
         405: "method_not_allowed",
-        409: "a conflict (hold_open, already_decided, expired, cancelled, quota_exceeded naming the run's quota, …)",
+        409: "a conflict (hold_open, already_decided, expired, cancelled, eval_run, quota_exceeded, …)",
         413: "too_large: the raw body is over the limit",
         422: "invalid: every bad field by path (or idempotency_mismatch)",
         429: "rate_limited: over this caller's rate; Retry-After (and retry_after) says how many seconds to wait",
@@ -70,6 +70,19 @@ def document() -> dict:
         schemas.RunOut,
         schemas.FileOut,
         schemas.InvocationRetryOut,
+        schemas.DatasetIn,
+        schemas.DatasetItemIn,
+        schemas.DatasetItemFromRunIn,
+        schemas.ExperimentIn,
+        schemas.DatasetCreatedOut,
+        schemas.DatasetOut,
+        schemas.DatasetListOut,
+        schemas.DatasetItemCreatedOut,
+        schemas.DatasetItemOut,
+        schemas.DatasetItemListOut,
+        schemas.ExperimentCreatedOut,
+        schemas.ExperimentOut,
+        schemas.ExperimentListOut,
     ]
     components: dict = {}
     for model in models:
@@ -80,6 +93,8 @@ def document() -> dict:
     reader = TOKEN + KEY + SESSION
     hold_id = _path_param("hold_id", "^h_[0-9]+$")
     run_id = _path_param("run_id", "^r_[0-9]+$")
+    dataset_id = _path_param("dataset_id", "^ds_[0-9]+$")
+    item_id = _path_param("item_id", "^di_[0-9]+$")
     key_param = {"name": "key", "in": "path", "required": True, "schema": {"type": "string", "minLength": 1}}
     any_json = {"description": "the stored JSON value", "content": {"application/json": {"schema": {}}}}
     paths = {
@@ -229,6 +244,101 @@ def document() -> dict:
                     },
                     **_errors(401, 403, 404),
                 },
+            ),
+        },
+        "/v0/datasets": {
+            "post": _op(
+                "Create a dataset of one capability (its approvers)",
+                security=KEY + SESSION,
+                body=schemas.DatasetIn,
+                responses={
+                    "201": _json(schemas.DatasetCreatedOut, "created"),
+                    **_errors(400, 401, 403, 413, 422),
+                },
+            ),
+            "get": _op(
+                "List datasets (newest first, keyset pages)",
+                security=KEY + SESSION,
+                params=[
+                    {"name": n, "in": "query", "required": False, "schema": {"type": "string"}}
+                    for n in ("capability", "cursor")
+                ],
+                responses={"200": _json(schemas.DatasetListOut, "a page"), **_errors(401, 403, 422)},
+            ),
+        },
+        "/v0/datasets/{dataset_id}": {
+            "get": _op(
+                "Read a dataset",
+                security=KEY + SESSION,
+                params=[dataset_id],
+                responses={"200": _json(schemas.DatasetOut, "the dataset"), **_errors(401, 403, 404)},
+            ),
+        },
+        "/v0/datasets/{dataset_id}/items": {
+            "post": _op(
+                "Add an item: written by hand, or `from_run` (a completed or failed run of the capability)",
+                security=KEY + SESSION,
+                params=[dataset_id],
+                raw_body={
+                    "required": True,
+                    "content": {
+                        "application/json": {
+                            "schema": {"oneOf": [_ref(schemas.DatasetItemIn), _ref(schemas.DatasetItemFromRunIn)]}
+                        }
+                    },
+                },
+                responses={
+                    "201": _json(schemas.DatasetItemCreatedOut, "recorded"),
+                    **_errors(400, 401, 403, 404, 413, 422),
+                },
+            ),
+            "get": _op(
+                "List a dataset's items (newest first, keyset pages)",
+                security=KEY + SESSION,
+                params=[dataset_id, {"name": "cursor", "in": "query", "required": False, "schema": {"type": "string"}}],
+                responses={"200": _json(schemas.DatasetItemListOut, "a page"), **_errors(401, 403, 404, 422)},
+            ),
+        },
+        "/v0/datasets/{dataset_id}/items/{item_id}": {
+            "get": _op(
+                "Read a dataset item",
+                security=KEY + SESSION,
+                params=[dataset_id, item_id],
+                responses={"200": _json(schemas.DatasetItemOut, "the item"), **_errors(401, 403, 404)},
+            ),
+            "delete": _op(
+                "Delete a dataset item (approvers; audited)",
+                security=KEY + SESSION,
+                params=[dataset_id, item_id],
+                responses={"204": {"description": "deleted"}, **_errors(401, 403, 404)},
+            ),
+        },
+        "/v0/experiments": {
+            "post": _op(
+                "Start an experiment: one eval run per item of the dataset (approvers)",
+                security=KEY + SESSION,
+                body=schemas.ExperimentIn,
+                responses={
+                    "201": _json(schemas.ExperimentCreatedOut, "started"),
+                    **_errors(400, 401, 403, 404, 413, 422),
+                },
+            ),
+            "get": _op(
+                "List experiments (newest first, keyset pages)",
+                security=KEY + SESSION,
+                params=[{"name": "cursor", "in": "query", "required": False, "schema": {"type": "string"}}],
+                responses={
+                    "200": _json(schemas.ExperimentListOut, "a page"),
+                    **_errors(401, 403, 422),
+                },
+            ),
+        },
+        "/v0/experiments/{experiment_id}": {
+            "get": _op(
+                "Read an experiment: each item's run, output, expected output and whether they match",
+                security=KEY + SESSION,
+                params=[_path_param("experiment_id", "^ex_[0-9]+$")],
+                responses={"200": _json(schemas.ExperimentOut, "the experiment"), **_errors(401, 403, 404)},
             ),
         },
         "/v0/invocations/{invocation_id}/retry": {

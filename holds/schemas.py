@@ -501,7 +501,7 @@ class RunOut(BaseModel):
     run_id: str
     capability: str
     version: str
-    status: Literal["running", "held", "completed", "failed"]
+    status: Literal["running", "held", "completed", "failed", "asked_for_human"]
     seq: int
     input: Any
     output: Any
@@ -523,3 +523,135 @@ class FileOut(BaseModel):
 class InvocationRetryOut(BaseModel):
     invocation_id: str
     status: str
+
+
+# --- evals (SPEC "Evals") -------------------------------------------------------------------------
+
+
+class DatasetIn(Strict):
+    name: Annotated[str, StringConstraints(min_length=1, max_length=200)]
+    capability: NonEmpty
+
+
+class RecordedHoldIn(Strict):
+    """One recorded hold: the ask as the agent sent it, and the resume that was sent (null: none was)."""
+
+    hold_id: str | None = None
+    ask: dict[str, Any]
+    resume: dict[str, Any] | None = None
+
+
+class DatasetItemIn(Strict):
+    input: dict[str, Any]
+    recorded_holds: Annotated[list[RecordedHoldIn], Field(max_length=1000)] = []
+    expected_output: Any = None
+
+
+class DatasetItemFromRunIn(Strict):
+    from_run: Annotated[str, StringConstraints(min_length=1, max_length=40)]
+
+
+class ExperimentIn(Strict):
+    dataset: Annotated[str, StringConstraints(min_length=1, max_length=40)]
+
+
+def validate_dataset(body: Any) -> tuple[DatasetIn | None, list[dict]]:
+    return _pydantic_errors(DatasetIn, body)
+
+
+def validate_experiment(body: Any) -> tuple[ExperimentIn | None, list[dict]]:
+    return _pydantic_errors(ExperimentIn, body)
+
+
+def validate_dataset_item(body: Any) -> tuple[BaseModel | None, list[dict]]:
+    """`{from_run}` records a run; anything else is an item written by hand."""
+    model = DatasetItemFromRunIn if isinstance(body, dict) and "from_run" in body else DatasetItemIn
+    return _pydantic_errors(model, body)
+
+
+class DatasetCreatedOut(BaseModel):
+    dataset_id: str
+
+
+class DatasetOut(BaseModel):
+    dataset_id: str
+    name: str
+    capability: str
+    items: int
+    created_by: str
+    created_at: str
+
+
+class DatasetListOut(BaseModel):
+    items: list[DatasetOut]
+    next_cursor: str | None
+
+
+class DatasetItemCreatedOut(BaseModel):
+    item_id: str
+
+
+class RecordedHoldOut(BaseModel):
+    hold_id: str | None = None
+    ask: dict[str, Any]
+    resume: dict[str, Any] | None
+
+
+class DatasetItemOut(BaseModel):
+    item_id: str
+    dataset_id: str
+    input: Any
+    recorded_holds: list[RecordedHoldOut]
+    expected_output: Any
+    source_run: str | None
+    created_by: str
+    created_at: str
+
+
+class DatasetItemListOut(BaseModel):
+    items: list[DatasetItemOut]
+    next_cursor: str | None
+
+
+class ExperimentCreatedOut(BaseModel):
+    experiment_id: str
+    runs: list[str]
+
+
+class ExperimentCountsOut(BaseModel):
+    completed: int
+    failed: int
+    asked_for_human: int
+    running: int
+
+
+class ExperimentRunOut(BaseModel):
+    run_id: str
+    dataset_item_id: str | None
+    status: Literal["running", "held", "completed", "failed", "asked_for_human"]
+    output: Any
+    expected_output: Any
+    matches: bool | None
+
+
+class ExperimentOut(BaseModel):
+    experiment_id: str
+    dataset: str
+    status: Literal["running", "finished"]
+    counts: ExperimentCountsOut
+    runs: list[ExperimentRunOut]
+    created_at: str
+    finished_at: str | None
+
+
+class ExperimentBriefOut(BaseModel):
+    experiment_id: str
+    dataset: str
+    status: Literal["running", "finished"]
+    created_at: str
+    finished_at: str | None
+
+
+class ExperimentListOut(BaseModel):
+    items: list[ExperimentBriefOut]
+    next_cursor: str | None

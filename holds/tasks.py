@@ -58,6 +58,12 @@ def relay_due() -> int:
 
 
 @shared_task(ignore_result=True)
+def finish_experiments() -> int:
+    """Beat: experiments whose runs have all finished (a run's own after-commit attempt can miss one)."""
+    return len(services.experiments_finish())
+
+
+@shared_task(ignore_result=True)
 def sweep_expired(helper: bool = False) -> int:
     """Expires due holds, batch by batch, until none is left.
 

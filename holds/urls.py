@@ -1,7 +1,7 @@
 from django.contrib.auth import views as auth_views
 from django.urls import path
 
-from . import calibration_views, confidence_views, extend_views, login, presence_views, views
+from . import calibration_views, confidence_views, eval_views, extend_views, login, presence_views, views
 
 urlpatterns = [
     path("login/", login.login, name="login"),
@@ -18,4 +18,15 @@ urlpatterns = [
     path("calibration", calibration_views.calibration_page, name="calibration"),
     path("calibration.csv", calibration_views.calibration_csv, name="calibration-csv"),
     path("files/<str:file_id>", views.file_download, name="file"),
+    path("holds/<str:hold_id>/dataset", eval_views.hold_add_to_dataset, name="hold-add-to-dataset"),
+    path("experiments", eval_views.experiment_list, name="experiments"),
+    path("experiments/<str:experiment_id>", eval_views.experiment_page, name="experiment"),
+    path("datasets", eval_views.dataset_list, name="datasets"),
+    path("datasets/<str:dataset_id>", eval_views.dataset_page, name="dataset"),
+    path("datasets/<str:dataset_id>/experiments", eval_views.experiment_start, name="dataset-experiment-start"),
+    path(
+        "datasets/<str:dataset_id>/items/<str:item_id>/delete",
+        eval_views.dataset_item_delete,
+        name="dataset-item-delete",
+    ),
 ]

@@ -207,6 +207,7 @@ CELERY_DB_REUSE_MAX = 2**62
 CELERY_BEAT_SCHEDULE = {
     "relay-due-invocations": {"task": "holds.tasks.relay_due", "schedule": float(RQ_RELAY_INTERVAL)},
     "sweep-expired-holds": {"task": "holds.tasks.sweep_expired", "schedule": float(RQ_SWEEP_INTERVAL)},
+    "finish-experiments": {"task": "holds.tasks.finish_experiments", "schedule": float(RQ_RELAY_INTERVAL)},
     "remind-and-catch-up-notifications": {
         "task": "holds.notify_tasks.remind_due",
         "schedule": float(RQ_REMIND_INTERVAL),

@@ -16,6 +16,12 @@ v0 = [
     path("files", api.files, name="api-files"),
     path("files/<str:file_id>", api.file_download, name="api-file"),
     path("invocations/<str:invocation_id>/retry", api.invocation_retry, name="api-invocation-retry"),
+    path("datasets", api.datasets, name="api-datasets"),
+    path("datasets/<str:dataset_id>", api.dataset_detail, name="api-dataset"),
+    path("datasets/<str:dataset_id>/items", api.dataset_items, name="api-dataset-items"),
+    path("datasets/<str:dataset_id>/items/<str:item_id>", api.dataset_item, name="api-dataset-item"),
+    path("experiments", api.experiments_list, name="api-experiments"),
+    path("experiments/<str:experiment_id>", api.experiment_detail, name="api-experiment"),
     path("openapi.json", openapi.openapi_json, name="api-openapi"),
     path("docs", openapi.docs, name="api-docs"),
 ]

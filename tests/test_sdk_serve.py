@@ -68,11 +68,11 @@ def test_it_answers_failed_with_the_message_of_a_handler_exception(serve):
     assert post(server, invocation()).json() == {"status": "failed", "error": "bank is down"}
 
 
-def test_it_answers_failed_for_an_unknown_capability(serve):
+def test_it_answers_404_for_an_unknown_capability(serve):
     server = serve({"echo": lambda inv: 1})
-    answer = post(server, invocation(capability="nope")).json()
-    assert answer["status"] == "failed"
-    assert "nope" in answer["error"]
+    resp = post(server, invocation(capability="nope"))
+    assert resp.status_code == 404
+    assert resp.json()["error"] == "not_found" and "nope" in resp.json()["message"]
 
 
 def test_it_answers_suspended_when_the_handler_asks(serve):

@@ -6,12 +6,12 @@ Outbox rows (invocations) are written with the change that causes them; they are
 the broker only after commit (ports), and the relay finds any that the broker lost.
 
 State machines (SPEC "Words" and "Precise rules"):
-  run:        running -> (held <-> running)* -> completed | failed
+  run:        running -> (held <-> running)* -> completed | failed  (| asked_for_human: eval runs)
   hold:       pending -> decided | expired | cancelled
   invocation: waiting -> pending -> delivering -> answered | failed | undeliverable | parked
               (pending/waiting -> cancelled when the run finishes; delivering -> pending to retry)
 
-The package by subdomain: runs, asks, decisions, delivery, expiry, team, audit; sql holds every
+The package by subdomain: runs, asks, decisions, delivery, expiry, evals, team, audit; sql holds every
 hand-written statement, ports what is handed out after commit.
 """
 
@@ -31,9 +31,22 @@ from .delivery import (
     invocation_retry,
     invocations_due,
 )
+from .evals import (
+    dataset_create,
+    dataset_item_add,
+    dataset_item_delete,
+    dataset_item_from_run,
+    eval_ask_refusal,
+    eval_ask_refusal_for_invocation,
+    eval_field,
+    experiment_start,
+    may_read_evals,
+    recordable_run_problem,
+    run_recording,
+)
 from .expiry import Expired, due_holds, holds_expire_batch, holds_expire_due
 from .extend import hold_extend
-from .runs import run_fail, run_file_add, run_start, run_state_delete, run_state_put
+from .runs import experiments_finish, run_fail, run_file_add, run_start, run_state_delete, run_state_put
 from .team import (
     DEFAULTS,
     capabilities_sync,
@@ -58,10 +71,19 @@ __all__ = [
     "capability_enable",
     "asked_items",
     "capability_set_approvers",
+    "dataset_create",
+    "dataset_item_add",
+    "dataset_item_delete",
+    "dataset_item_from_run",
     "decide_refusal",
     "due_holds",
     "due_invocations",
     "endpoint_take_probe",
+    "eval_ask_refusal",
+    "eval_ask_refusal_for_invocation",
+    "eval_field",
+    "experiment_start",
+    "experiments_finish",
     "hold_ask",
     "hold_ask_by_token",
     "hold_claim",
@@ -78,11 +100,14 @@ __all__ = [
     "invocation_record",
     "invocation_retry",
     "invocations_due",
+    "may_read_evals",
     "person_add",
     "person_set_active",
     "person_set_role",
+    "recordable_run_problem",
     "run_fail",
     "run_file_add",
+    "run_recording",
     "run_start",
     "run_state_delete",
     "run_state_put",

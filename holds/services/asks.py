@@ -15,6 +15,7 @@ from ..ids import FILE, HOLD, RUN, parse_public_id, public_id
 from ..models import AuditEvent, AuditKind, Hold, HoldItem, Invocation, Run, RunFile
 from ..schemas import canonical_json, validate_ask
 from . import sql
+from .evals import eval_ask_refusal_for_invocation
 from .transactions import insert_values
 
 OPTIONAL_ITEM_PARTS = ("actions", "details", "schema")
@@ -40,6 +41,8 @@ def hold_ask(*, invocation: Invocation, body) -> Hold:
     Order of refusals is SPEC's: an open hold (409) before an invalid body (422). The partial
     unique index on pending holds per run makes a concurrent second ask fail, not double.
     """
+    # Evals (SPEC "Settled"): an eval run's ask is refused right after the 401 check, whatever its body.
+    eval_ask_refusal_for_invocation(invocation)
     run = invocation.run
     ask, items, errors = read_ask(body, run)
     if errors:

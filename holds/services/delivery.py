@@ -39,7 +39,12 @@ _CLAIM_COLUMNS = (
         ["id", "run_id", "kind", "seq", "status", "resume", "hold_id", "attempts", "next_attempt_at", "lease_until"]
         + ["first_sent_at"],
     ),
-    rows.Columns(Run, "r", ["id", "capability_id", "version", "endpoint", "status", "seq", "input"]),
+    rows.Columns(
+        Run,
+        "r",
+        ["id", "capability_id", "version", "endpoint", "status", "seq", "input"]
+        + ["parent_id", "experiment_id", "dataset_item_id"],
+    ),
     rows.Columns(
         Capability, "c", ["id", "name", "secret", "timeout_seconds", "endpoint_disabled_at", "endpoint_stalled_at"]
     ),
@@ -69,12 +74,29 @@ def invocation_claim(*, invocation_id: str) -> Claim | None:
     invocation, run = rows.with_run(*rows.build(_CLAIM_COLUMNS, row))
     moved = row[-1]
     if invocation.status == Invocation.Status.PARKED:
+        if run.experiment_id is not None:
+            _fail_parked_eval_run(run, invocation)
         return None
     if moved:
         # A run is held from its suspended answer until its resume is first sent; from then on
         # the resume is the run's current invocation.
         run.status, run.seq = Run.Status.RUNNING, invocation.seq
     return Claim(invocation=invocation, attempt=invocation.attempts)
+
+
+def _fail_parked_eval_run(run: Run, invocation: Invocation) -> None:
+    """An eval invocation parked behind a disabled endpoint fails its run, so that its experiment
+    finishes (SPEC "Settled": Evals); the endpoint stays disabled for everyone else."""
+    with transaction.atomic():
+        locked = Run.objects.select_for_update(no_key=True).filter(pk=run.pk).first()
+        if locked.finished:
+            return
+        finish_run(
+            locked,
+            status=Run.Status.FAILED,
+            actor=SYSTEM,
+            error=f"eval run: invocation {invocation.id} parked, the endpoint is disabled",
+        )
 
 
 @dataclass(frozen=True)
@@ -101,12 +123,37 @@ def invocation_record(*, invocation_id: str, attempt: int, outcome: Outcome) -> 
     with transaction.atomic(), prepared.deferred():
         locked = _lock_claimed(invocation_id=invocation_id, attempt=attempt)
         if locked is None:
-            return "stale"
+            return _record_closed(invocation_id=invocation_id, attempt=attempt, outcome=outcome)
         invocation, run, asked = locked
-        result = _apply_outcome(invocation, run, asked, outcome)
+        if run.finished:
+            # An admin failed the run while the agent was answering: the answer changes nothing.
+            _set_invocation(invocation, Invocation.Status.ANSWERED, answer=outcome.answer, error=outcome.error)
+            result = _stale(invocation, run)
+        else:
+            result = _apply_outcome(invocation, run, asked, outcome)
         _write_attempt(invocation=invocation, attempt=attempt, outcome=outcome, result=result)
         _note_stall(run, invocation, outcome)
     return result
+
+
+def _stale(invocation: Invocation, run: Run) -> str:
+    audit(AuditKind.RUN_STALE_ANSWER, SYSTEM, run_id=run.pk, invocation_id=invocation.id, run_status=run.status)
+    return "stale"
+
+
+def _record_closed(*, invocation_id: str, attempt: int, outcome: Outcome) -> str:
+    """The claim is gone. When that is because the run finished under this very attempt (an eval run's
+    ask closed it), the answer is recorded as stale and changes nothing; a claim lost to a lease that ran
+    out records nothing (the attempt that holds it now will)."""
+    closed = (
+        Invocation.objects.select_related("run")
+        .filter(pk=invocation_id, attempts=attempt, status=Invocation.Status.FAILED)
+        .first()
+    )
+    if closed is None or not closed.run.finished:
+        return "stale"
+    _write_attempt(invocation=closed, attempt=attempt, outcome=outcome, result="stale")
+    return _stale(closed, closed.run)
 
 
 def _note_stall(run: Run, invocation: Invocation, outcome: Outcome) -> None:
@@ -169,7 +216,8 @@ _LOCK_COLUMNS = (
     rows.Columns(
         Run,
         "r",
-        ["id", "capability_id", "version", "endpoint", "status", "seq", "error", "parent_id"] + ["finished_at"],
+        ["id", "capability_id", "version", "endpoint", "status", "seq", "error", "parent_id"]
+        + ["finished_at", "experiment_id"],
     ),
     rows.Columns(
         Capability,
@@ -226,7 +274,12 @@ def _apply_outcome(invocation: Invocation, run: Run, asked: Hold | None, outcome
         return _apply_answer(invocation, run, outcome.answer, asked)
     if outcome.kind == "gone":
         Capability.objects.filter(pk=run.capability_id).update(endpoint_disabled_at=timezone.now())
-        _set_invocation(invocation, Invocation.Status.PARKED, error=outcome.error)
+        if run.experiment_id is not None:
+            # An eval run does not wait for an admin: it fails, and its experiment can finish.
+            _set_invocation(invocation, Invocation.Status.FAILED, error=outcome.error)
+            finish_run(run, status=Run.Status.FAILED, actor=SYSTEM, error=f"eval run: {outcome.error}")
+        else:
+            _set_invocation(invocation, Invocation.Status.PARKED, error=outcome.error)
         audit(
             AuditKind.CAPABILITY_ENDPOINT_DISABLED,
             SYSTEM,
@@ -248,6 +301,11 @@ def _apply_outcome(invocation: Invocation, run: Run, asked: Hold | None, outcome
         )
     schedule = settings.RQ_RETRY_SCHEDULE
     if invocation.attempts >= len(schedule):
+        if run.experiment_id is not None:
+            # An eval run fails rather than wait for an admin's retry: every experiment finishes.
+            _set_invocation(invocation, Invocation.Status.FAILED, error=outcome.error)
+            finish_run(run, status=Run.Status.FAILED, actor=SYSTEM, error=f"eval run undeliverable: {outcome.error}")
+            return "failed"
         _set_invocation(invocation, Invocation.Status.UNDELIVERABLE, error=outcome.error)
         return "undeliverable"
     delay = schedule[invocation.attempts] * random.uniform(0.8, 1.2)

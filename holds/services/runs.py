@@ -56,13 +56,17 @@ def run_start(
         raise Invalid(errors)
     try:
         with transaction.atomic():
+            parent = actor.run if actor.kind == "run" else None
             run = Run.objects.create(
                 capability=capability,
                 version=capability.version,
                 endpoint=capability.endpoint,
                 input=input,
                 seq=1,
-                parent=actor.run if actor.kind == "run" else None,
+                parent=parent,
+                # A run started by an eval run is an eval run too (it replays no holds: delivery.eval_field).
+                experiment_id=parent.experiment_id if parent else None,
+                dataset_item_id=parent.dataset_item_id if parent else None,
                 started_by_user=actor.user if actor.kind == "user" else None,
                 started_by_account=actor.account if actor.kind == "account" else None,
             )
@@ -124,9 +128,30 @@ def finish_run(run: Run, *, status: str, actor: Actor, output=None, error: str =
         "now": run.finished_at,
         "unsent": [str(s) for s in UNSENT_INVOCATION],
         "actor": actor.label,
-        "kind": AuditKind.RUN_COMPLETED if status == Run.Status.COMPLETED else AuditKind.RUN_FAILED,
+        "kind": FINISH_KIND[status],
     }
     prepared.write(*((statement, params) for statement in sql.FINISH_RUN))
+    if run.experiment_id is not None and run.parent_id is None:
+        # The experiment may be over now. After commit, so that this run reads as finished; two last
+        # runs finishing at once may both miss it, and beat's experiments_finish catches that.
+        experiment_id = run.experiment_id
+        transaction.on_commit(lambda: experiments_finish(experiment_id=experiment_id))
+
+
+FINISH_KIND = {
+    Run.Status.COMPLETED: AuditKind.RUN_COMPLETED,
+    Run.Status.FAILED: AuditKind.RUN_FAILED,
+    Run.Status.ASKED_FOR_HUMAN: AuditKind.RUN_ASKED_FOR_HUMAN,
+}
+
+
+def experiments_finish(*, experiment_id: int | None = None) -> list[int]:
+    """Marks finished every running experiment (or this one) whose runs have all finished, by one
+    conditional UPDATE (sql.FINISH_EXPERIMENTS), audited in the same statement: a second beat, or a
+    run finishing at the same time, finishes nothing twice. Returns the experiments it finished."""
+    with connection.cursor() as cursor:
+        cursor.execute(sql.FINISH_EXPERIMENTS, {"experiment": experiment_id, "now": timezone.now()})
+        return [row[0] for row in cursor.fetchall()]
 
 
 def _lock_run(run: Run) -> None:

@@ -61,6 +61,30 @@ SELECT %(now)s, %(actor)s, %(kind)s, %(run)s, NULL, '', jsonb_build_object(
 )
 
 
+# --- evals --------------------------------------------------------------------------------------
+
+# An experiment finishes once every run of it (its items' runs; children of eval runs do not count) has
+# finished: a conditional UPDATE on `running`, audited in the same statement, so two beats, or a beat and
+# the last run's own attempt, finish it once. NULL experiment: every running one. Pinned by test_evals
+# (test_it_finishes_an_experiment_once_when_two_beats_race).
+FINISH_EXPERIMENTS = f"""
+WITH done AS (
+    UPDATE holds_experiment e SET status = {lit("finished")}, finished_at = %(now)s
+    WHERE e.status = {lit("running")} AND (%(experiment)s::bigint IS NULL OR e.id = %(experiment)s::bigint)
+      AND NOT EXISTS (
+          SELECT 1 FROM holds_run r WHERE r.experiment_id = e.id AND r.parent_id IS NULL
+            AND r.status IN ({lit(Run.Status.RUNNING)}, {lit(Run.Status.HELD)}))
+    RETURNING e.id, e.dataset_id
+), audited AS (
+    INSERT INTO holds_auditevent (at, actor, kind, run_id_ref, hold_id_ref, invocation_id_ref, data)
+    SELECT %(now)s, 'system', {lit(AuditKind.EXPERIMENT_FINISHED)}, NULL, NULL, '',
+           jsonb_build_object('experiment', 'ex_' || id, 'dataset', 'ds_' || dataset_id)
+    FROM done
+)
+SELECT id FROM done
+"""
+
+
 # --- asks ---------------------------------------------------------------------------------------
 
 
@@ -73,7 +97,9 @@ def ask(hold_columns: tuple[str, ...], event_columns: tuple[str, ...], *, by_tok
     performance/ (test_round_trips: one statement; test_explain: the token by primary key)."""
     if by_token:
         source = (
-            f"SELECT i.run_id, r.capability_id, ({LIVE_TOKEN_SQL}) AS live FROM holds_invocation i"
+            # An eval run never asks (services.eval_ask_refusal answers it when this writes nothing).
+            f"SELECT i.run_id, r.capability_id, ({LIVE_TOKEN_SQL} AND r.experiment_id IS NULL) AS live"
+            " FROM holds_invocation i"
             " JOIN holds_run r ON r.id = i.run_id WHERE i.id = %s AND i.token_hash = %s"
         )
     else:

@@ -1,16 +1,19 @@
 """agentos: the agent side of Review Queue. Ask a person, suspend, resume with the decision."""
 
-from .errors import ApiError, AskInvalid, Suspend
+from .errors import ApiError, AskedForHuman, AskInvalid, Suspend
 from .invocation import Invocation
-from .resume import DecidedItem, Resume
+from .resume import DecidedItem, Eval, RecordedHold, Resume
 from .server import Server, run_handler, serve
 from .signing import SignatureError, sign, verify
 
 __all__ = [
     "ApiError",
     "AskInvalid",
+    "AskedForHuman",
     "DecidedItem",
+    "Eval",
     "Invocation",
+    "RecordedHold",
     "Resume",
     "Server",
     "SignatureError",

@@ -38,3 +38,14 @@ class Suspend(BaseException):
     def __init__(self, hold_id: str):
         self.hold_id = hold_id
         super().__init__(hold_id)
+
+
+class AskedForHuman(BaseException):
+    """Ends an eval run's invocation after it asked for a person: the server answers
+    `{"status": "failed", "error": "asked_for_human"}` (the run is already `asked_for_human`).
+
+    A BaseException, like Suspend, so that a handler's `except Exception` cannot swallow it.
+    """
+
+    def __init__(self) -> None:
+        super().__init__("asked_for_human")

@@ -12,8 +12,8 @@ from urllib.parse import quote
 
 import httpx
 
-from .errors import ApiError, AskInvalid, Suspend
-from .resume import Resume
+from .errors import ApiError, AskedForHuman, AskInvalid, Suspend
+from .resume import Eval, Resume
 
 T = TypeVar("T")
 _MISSING: Any = object()
@@ -128,12 +128,15 @@ class Invocation:
         self.capability: str = invocation["capability"]
         self.version: str | None = invocation.get("version")
         self.input: Any = invocation.get("input")
-        self.eval: Any = invocation.get("eval")
+        # None outside experiments; inside, the recorded holds to continue from (docs/sdk.md, "Evals").
+        self.eval: Eval | None = Eval.from_json(invocation["eval"]) if invocation.get("eval") else None
         self.api_url: str = invocation.get("api_url", "")
         self.run_token: str = invocation.get("run_token", "")
         self.resume: Resume | None = Resume.from_json(resume) if resume else None
         # The hold this invocation asked; the server answers `suspended` on it.
         self.hold_id: str | None = None
+        # An eval run asked for a person: the invocation ends `failed: asked_for_human`.
+        self.asked_for_human = False
         self._api = _Api(self.api_url, self.run_token)
         self.state = State(self._api, self.run_id)
         self.files = Files(self._api)
@@ -154,6 +157,8 @@ class Invocation:
         """Ask a person. With suspend=True this ends the invocation; otherwise returns the hold id.
 
         Code before the ask runs again on the resume, so keep it idempotent (see `once`).
+        In an eval run (`inv.eval`) nobody is asked: the service ends the run `asked_for_human`
+        and this ends the invocation, even with suspend=False.
         """
         body: dict[str, Any] = {"intent": intent, "items": items}
         for key, value in (
@@ -164,6 +169,8 @@ class Invocation:
         ):
             if value is not None:
                 body[key] = value
+        if self.eval is not None:
+            self._ask_in_eval(body)
         resp = self._api.request("POST", "/v0/holds", json=body, expect=(201, 409))
         payload = resp.json()
         # 409 hold_open: a re-run of an invocation that already asked suspends on that hold.
@@ -173,6 +180,15 @@ class Invocation:
         if suspend:
             raise Suspend(self.hold_id)
         return self.hold_id
+
+    def _ask_in_eval(self, body: dict[str, Any]) -> None:
+        """The service answers 409 eval_run and ends the run; whatever it answers, this invocation is over."""
+        self.asked_for_human = True
+        try:
+            self._api.request("POST", "/v0/holds", json=body, expect=(409,))
+        except (ApiError, httpx.HTTPError):
+            pass
+        raise AskedForHuman()
 
     def idempotency_key(self, step: str) -> str:
         """A key stable across every invocation of this run: run id + step."""

@@ -65,3 +65,40 @@ class Resume:
             if i.id == item_id:
                 return i
         raise KeyError(item_id)
+
+
+@dataclass(frozen=True)
+class RecordedHold:
+    """One hold of the recorded run: the ask as the agent sent it, and the decision it was resumed
+    with (a Resume like `inv.resume`; None when no resume was ever sent)."""
+
+    ask: dict[str, Any]
+    resume: Resume | None
+    hold_id: str | None = None
+
+    @classmethod
+    def from_json(cls, payload: dict[str, Any]) -> RecordedHold:
+        resume = payload.get("resume")
+        return cls(
+            ask=payload.get("ask") or {},
+            resume=Resume.from_json(resume) if resume else None,
+            hold_id=payload.get("hold_id"),
+        )
+
+
+@dataclass(frozen=True)
+class Eval:
+    """`inv.eval` inside an experiment (None outside): which experiment and dataset item this run
+    replays, and the recorded holds in asking order. An eval run never reaches a person."""
+
+    experiment_id: str
+    dataset_item_id: str | None
+    recorded_holds: list[RecordedHold] = field(default_factory=list)
+
+    @classmethod
+    def from_json(cls, payload: dict[str, Any]) -> Eval:
+        return cls(
+            experiment_id=payload.get("experiment_id", ""),
+            dataset_item_id=payload.get("dataset_item_id"),
+            recorded_holds=[RecordedHold.from_json(h) for h in payload.get("recorded_holds") or []],
+        )

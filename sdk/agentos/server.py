@@ -12,7 +12,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import TYPE_CHECKING, Any
 
 from . import signing
-from .errors import Suspend
+from .errors import AskedForHuman, Suspend
 from .invocation import Invocation
 
 if TYPE_CHECKING:
@@ -53,10 +53,15 @@ class _Answers:
             return entry, True
 
 
+ASKED_FOR_HUMAN = {"status": "failed", "error": "asked_for_human"}
+
+
 def run_handler(handler: Handler, inv: Invocation) -> dict[str, Any]:
     """Call a handler and turn what happened into the invocation's answer."""
     try:
         output = handler(inv)
+    except AskedForHuman:
+        return ASKED_FOR_HUMAN
     except Suspend as s:
         return {"status": "suspended", "hold_id": s.hold_id}
     except Exception as exc:
@@ -64,6 +69,9 @@ def run_handler(handler: Handler, inv: Invocation) -> dict[str, Any]:
         return {"status": "failed", "error": str(exc) or type(exc).__name__}
     finally:
         inv.close()
+    if inv.asked_for_human:
+        # Even if the handler caught the signal: the eval run is over at the service.
+        return ASKED_FOR_HUMAN
     if inv.hold_id is not None:
         # ask(suspend=False) lets the handler finish its work; the invocation still
         # only ends by suspending on the hold it asked.
@@ -135,6 +143,9 @@ class Server:
             return 400, {"error": "bad_json", "message": "expected {invocation: {id, …}}"}
         if webhook_id is not None and webhook_id != inv_id:
             return 400, {"error": "bad_json", "message": "webhook-id is not the invocation id"}
+        if invocation.get("capability") not in self.handlers:
+            # SPEC "Settled": an unknown capability is 404 (the service fails the run with the reason).
+            return 404, {"error": "not_found", "message": f"unknown capability {invocation.get('capability')!r}"}
         entry, first = self.answers.claim(inv_id)
         if not first:
             # A retry of a delivery we are still answering: wait and give the same answer.
@@ -150,12 +161,7 @@ class Server:
         return 200, entry.answer
 
     def _answer(self, invocation: dict[str, Any], resume: Any) -> dict[str, Any]:
-        handler = self.handlers.get(invocation.get("capability"))
-        if handler is None:
-            return {
-                "status": "failed",
-                "error": f"unknown capability {invocation.get('capability')!r}",
-            }
+        handler = self.handlers[invocation.get("capability")]
         try:
             inv = Invocation(invocation, resume)
         except (KeyError, TypeError) as exc:

@@ -87,3 +87,58 @@ def test_it_finds_no_accessibility_violations_on_the_sign_in_and_empty_queue(ses
     screenshot(page, "queue-empty")
     page.goto("/?q=nothing-matches")
     assert violations(page) == []
+
+
+def _experiment_pages_data(cap):
+    """A dataset of three items and two experiments on it: a match, a mismatch, an asked_for_human."""
+    from holds import services
+    from holds.auth import actor_for_account, run_token_for
+    from holds.errors import Conflict
+
+    actor = actor_for_account(factories.account("eval-bot", role="admin")[0])
+    run, hold = factories.held_hold(cap)
+    decision = {"items": [{"id": "INV-1", "action": "edit", "data": {"payee": "Payee One Ltd", "amount": "100.00"}}]}
+    decision["items"].append({"id": "INV-2", "action": "reject"})
+    services.hold_decide(hold_id=hold.pk, actor=actor, body={**decision, "comment": "duplicate"})
+    invocation, _ = factories.deliver_now(run)
+    factories.answer(invocation, {"status": "completed", "output": {"paid": ["INV-1"], "rejected": ["INV-2"]}})
+    dataset = services.dataset_create(name="Invoices decided in May", capability_name=cap.name, actor=actor)
+    services.dataset_item_from_run(dataset=dataset, run_pk=run.pk, actor=actor)
+    for n in (2, 3):
+        services.dataset_item_add(
+            dataset=dataset, actor=actor, input={"n": n}, recorded_holds=[], expected_output={"paid": [f"INV-{n}"]}
+        )
+    outputs = [
+        ({"paid": ["INV-1"], "rejected": ["INV-2"]}, {"paid": ["INV-2"]}, None),
+        ({"paid": ["INV-1"], "rejected": ["INV-2"]}, {"paid": ["INV-2"], "note": "new"}, None),
+    ]
+    for answers in outputs:
+        _, runs = services.experiment_start(dataset=dataset, actor=actor)
+        for eval_run, output in zip(runs, answers, strict=True):
+            invocation, token = factories.deliver_now(eval_run)
+            if output is None:
+                try:
+                    services.eval_ask_refusal(token=run_token_for(invocation.id))
+                except Conflict:
+                    pass
+            else:
+                factories.answer(invocation, {"status": "completed", "output": output})
+        services.experiments_finish()
+    return dataset, hold
+
+
+def test_it_finds_no_accessibility_violations_on_the_evals_pages(axe_session, cap):
+    from holds.models import Experiment
+
+    dataset, hold = _experiment_pages_data(cap)
+    latest = Experiment.objects.order_by("-pk").first()
+    page = axe_session.page
+    for url, name in (
+        ("/experiments", "experiments"),
+        (f"/experiments/{latest.public_id}", "experiment"),
+        (f"/datasets/{dataset.public_id}", "dataset"),
+        (f"/holds/{hold.public_id}/dataset", "add-to-dataset"),
+    ):
+        page.goto(url)
+        assert violations(page) == [], url
+        screenshot(page, name)

@@ -1,7 +1,8 @@
 """The one seeding command.
 
 manage.py seed_holds --demo        people, the demo capability, the agent's secret (once)
-manage.py seed_holds --demo-runs   start the demo runs (once), through the real agent
+manage.py seed_holds --demo-runs   start the demo runs (once), through the real agent, and record the
+                                   demo dataset from two extra runs it decides (once)
 manage.py seed_holds --holds N     a month of history for benchmarks (bench/seeding.py; PostgreSQL)
 """
 
@@ -20,6 +21,9 @@ class Command(BaseCommand):
     def add_arguments(self, parser):
         parser.add_argument("--demo", action="store_true", help="demo people, capability and agent secret")
         parser.add_argument("--demo-runs", action="store_true", help="start the demo runs if none exist")
+        parser.add_argument(
+            "--demo-wait", type=float, default=60.0, help="seconds to wait for the demo agent (the demo dataset)"
+        )
         parser.add_argument("--config", default=str(settings.BASE_DIR / "agentos.yaml"))
         parser.add_argument("--holds", type=int, help="bulk: how many holds")
         parser.add_argument("--capabilities", type=int, default=5)
@@ -31,6 +35,7 @@ class Command(BaseCommand):
             demo.people_and_capability(Path(options["config"]), stdout=self.stdout)
         elif options["demo_runs"]:
             demo.runs(stdout=self.stdout)
+            demo.dataset(stdout=self.stdout, wait=options["demo_wait"])
         elif options["holds"]:
             self.bulk(options["holds"], options["capabilities"], options["items"], options["due"])
         else:

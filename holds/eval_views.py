@@ -1,0 +1,241 @@
+"""Evals pages: experiments (list and one), datasets (list and one), and "Add to dataset…" from a hold.
+
+Thin: parse -> service -> render. Visible to those who may see holds (viewers included); recording,
+deleting and starting are for approvers of the capability, through holds.services.
+"""
+
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.core.exceptions import PermissionDenied
+from django.db.models import Count, Q
+from django.http import Http404
+from django.shortcuts import render
+from django.urls import reverse
+from django.views.decorators.http import require_GET, require_http_methods, require_POST
+
+from . import experiments, services
+from .auth import Actor, actor_for_user, approves
+from .errors import Invalid, ServiceError
+from .ids import DATASET, DATASET_ITEM, EXPERIMENT, HOLD, parse_public_id
+from .models import Dataset, DatasetItem, Experiment, Hold, Run
+from .paging import decode_cursor, encode_cursor, read_page
+from .responses import see_other
+
+RUN_COUNTS = {
+    name: Count("runs", filter=Q(runs__parent__isnull=True, runs__status=status))
+    for name, status in (
+        ("n_completed", Run.Status.COMPLETED),
+        ("n_failed", Run.Status.FAILED),
+        ("n_asked", Run.Status.ASKED_FOR_HUMAN),
+    )
+}
+
+
+def _reader(request) -> Actor:
+    actor = actor_for_user(request.user)
+    if not services.may_read_evals(actor):
+        raise PermissionDenied("your account has no role")
+    return actor
+
+
+def _after(request) -> int | None:
+    last = decode_cursor(request.GET.get("after", ""), 1)
+    return last[0] if last else None
+
+
+@require_GET
+@login_required
+def experiment_list(request):
+    actor = _reader(request)
+    rows = (
+        Experiment.objects.select_related("dataset__capability")
+        .annotate(n_runs=Count("runs", filter=Q(runs__parent__isnull=True)), **RUN_COUNTS)
+        .order_by("-pk")
+    )
+    after = _after(request)
+    if after is not None:
+        rows = rows.filter(pk__lt=after)
+    page, more = read_page(rows)
+    context = {
+        "experiments": page,
+        "page": {"cursor": after},
+        "next_url": reverse("experiments") + "?after=" + encode_cursor([page[-1].pk]) if more else "",
+        "first_url": reverse("experiments"),
+        "nav": "experiments",
+        "role": actor.role,
+    }
+    return render(request, "holds/experiments.html", context)
+
+
+@require_GET
+@login_required
+def experiment_page(request, experiment_id: str):
+    """Each item: status, output, expected, match and a diff; totals beside the last experiment on the
+    same dataset. A fixed number of queries however many items (tests/test_evals_agent.py pins it)."""
+    actor = _reader(request)
+    pk = parse_public_id(experiment_id, EXPERIMENT)
+    experiment = Experiment.objects.select_related("dataset__capability").filter(pk=pk).first() if pk else None
+    if experiment is None:
+        raise Http404(f"experiment {experiment_id} does not exist")
+    results, counts = experiments.experiment_results(experiment, with_diffs=True)
+    previous = experiments.previous_experiment(experiment)
+    previous_results, previous_counts = experiments.experiment_results(previous) if previous else ([], None)
+    context = {
+        "experiment": experiment,
+        "dataset": experiment.dataset,
+        "results": results,
+        "counts": counts,
+        "matched": sum(1 for r in results if r.matches),
+        "mismatched": sum(1 for r in results if r.matches is False),
+        "previous": previous,
+        "previous_counts": previous_counts,
+        "previous_matched": sum(1 for r in previous_results if r.matches),
+        "previous_mismatched": sum(1 for r in previous_results if r.matches is False),
+        "nav": "experiments",
+        "role": actor.role,
+    }
+    return render(request, "holds/experiment.html", context)
+
+
+@require_GET
+@login_required
+def dataset_list(request):
+    actor = _reader(request)
+    datasets = (
+        Dataset.objects.select_related("capability")
+        .annotate(n_items=Count("items", filter=Q(items__deleted_at__isnull=True)))
+        .order_by("-pk")
+    )
+    after = _after(request)
+    if after is not None:
+        datasets = datasets.filter(pk__lt=after)
+    page, more = read_page(datasets)
+    context = {
+        "datasets": page,
+        "page": {"cursor": after},
+        "next_url": reverse("datasets") + "?after=" + encode_cursor([page[-1].pk]) if more else "",
+        "first_url": reverse("datasets"),
+        "nav": "experiments",
+        "role": actor.role,
+    }
+    return render(request, "holds/datasets.html", context)
+
+
+def _dataset(dataset_id: str) -> Dataset:
+    pk = parse_public_id(dataset_id, DATASET)
+    dataset = Dataset.objects.select_related("capability").filter(pk=pk).first() if pk else None
+    if dataset is None:
+        raise Http404(f"dataset {dataset_id} does not exist")
+    return dataset
+
+
+@require_GET
+@login_required
+def dataset_page(request, dataset_id: str):
+    actor = _reader(request)
+    dataset = _dataset(dataset_id)
+    items = DatasetItem.objects.filter(dataset=dataset, deleted_at__isnull=True).order_by("pk")
+    after = _after(request)
+    if after is not None:
+        items = items.filter(pk__gt=after)
+    page, more = read_page(items)
+    context = {
+        "dataset": dataset,
+        "items": page,
+        "page": {"cursor": after},
+        "next_url": reverse("dataset", args=[dataset.public_id]) + "?after=" + encode_cursor([page[-1].pk])
+        if more
+        else "",
+        "first_url": reverse("dataset", args=[dataset.public_id]),
+        "experiments": Experiment.objects.filter(dataset=dataset).order_by("-pk")[:10],
+        "may_record": approves(actor, dataset.capability),
+        "nav": "experiments",
+        "role": actor.role,
+    }
+    return render(request, "holds/dataset.html", context)
+
+
+@require_POST
+@login_required
+def experiment_start(request, dataset_id: str):
+    actor = _reader(request)
+    dataset = _dataset(dataset_id)
+    try:
+        experiment, _ = services.experiment_start(dataset=dataset, actor=actor)
+    except ServiceError as exc:
+        messages.error(request, exc.message)
+        return see_other(reverse("dataset", args=[dataset.public_id]))
+    return see_other(reverse("experiment", args=[experiment.public_id]))
+
+
+@require_POST
+@login_required
+def dataset_item_delete(request, dataset_id: str, item_id: str):
+    actor = _reader(request)
+    dataset = _dataset(dataset_id)
+    item = DatasetItem.objects.filter(pk=parse_public_id(item_id, DATASET_ITEM) or 0, dataset=dataset).first()
+    if item is None:
+        raise Http404("no such item")
+    item.dataset = dataset
+    try:
+        services.dataset_item_delete(item=item, actor=actor)
+        messages.success(request, f"Deleted {item.public_id}.")
+    except ServiceError as exc:
+        messages.error(request, exc.message)
+    return see_other(reverse("dataset", args=[dataset.public_id]))
+
+
+@require_http_methods(["GET", "POST"])
+@login_required
+def hold_add_to_dataset(request, hold_id: str):
+    """ "Add to dataset…" on a decided or expired hold: a last look at what will be stored (the run's
+    input, each of its holds with the resume that was sent, its output), then one POST records it."""
+    actor = _reader(request)
+    pk = parse_public_id(hold_id, HOLD)
+    hold = Hold.objects.select_related("run", "capability").filter(pk=pk).first() if pk else None
+    if hold is None:
+        raise Http404(f"hold {hold_id} does not exist")
+    run, capability = hold.run, hold.capability
+    datasets = list(Dataset.objects.filter(capability=capability).order_by("name"))
+    problem = None
+    if hold.status not in (Hold.Status.DECIDED, Hold.Status.EXPIRED):
+        problem = "Only a decided or expired hold's run is recorded."
+    elif not approves(actor, capability):
+        problem = f"Only approvers of {capability.name} add to its datasets."
+    else:
+        problem = services.recordable_run_problem(run, capability.pk)
+        if problem and run.status in (Run.Status.RUNNING, Run.Status.HELD):
+            problem = f"Run {run.public_id} is still {run.status}: it can be recorded once it has finished."
+    if request.method == "POST" and problem is None:
+        try:
+            dataset = _chosen_dataset(request, datasets, capability, actor)
+            item = services.dataset_item_from_run(dataset=dataset, run_pk=run.pk, actor=actor)
+        except ServiceError as exc:
+            details = [e["message"] for e in exc.extra.get("errors", [])]
+            messages.error(request, "; ".join(details) or exc.message)
+        else:
+            messages.success(request, f"Recorded {run.public_id} as {item.public_id} in “{dataset.name}”.")
+            return see_other(reverse("dataset", args=[dataset.public_id]))
+    context = {
+        "hold": hold,
+        "run": run,
+        "datasets": datasets,
+        "problem": problem,
+        "recording": services.run_recording(run) if problem is None else None,
+        "nav": "history",
+        "role": actor.role,
+    }
+    return render(request, "holds/add_to_dataset.html", context, status=200 if problem is None else 409)
+
+
+def _chosen_dataset(request, datasets: list[Dataset], capability, actor: Actor) -> Dataset:
+    chosen = request.POST.get("dataset", "")
+    if chosen == "new" or not datasets:
+        name = request.POST.get("name", "").strip()[:200]
+        if not name:
+            raise Invalid([{"field": "name", "message": "name the new dataset"}], "name the new dataset")
+        return services.dataset_create(name=name, capability_name=capability.name, actor=actor)
+    for dataset in datasets:
+        if dataset.public_id == chosen:
+            return dataset
+    raise Http404("no such dataset")
