@@ -164,6 +164,17 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
         "transaction_mode": "IMMEDIATE",
         "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
     }
+# Behind a transaction pooler (PgBouncer, pool_mode = transaction) each transaction may run in another server
+# session, so nothing may rely on one: holds/prepared.py sends plain text, psycopg prepares nothing, no
+# server-side cursors (README, "Production"). The service uses no advisory locks, LISTEN or session SET.
+RQ_TRANSACTION_POOLER = env_bool("RQ_TRANSACTION_POOLER", False)
+if RQ_TRANSACTION_POOLER:
+    if DATABASES["default"]["ENGINE"] != "django.db.backends.postgresql":
+        raise ImproperlyConfigured(
+            "RQ_TRANSACTION_POOLER=1 is for PostgreSQL behind PgBouncer; DATABASE_URL is not postgres://"
+        )
+    DATABASES["default"]["DISABLE_SERVER_SIDE_CURSORS"] = True
+    DATABASES["default"].setdefault("OPTIONS", {})["prepare_threshold"] = None
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 if REDIS_URL:
