@@ -101,7 +101,7 @@ def test_the_setting_turns_off_psycopgs_prepared_statements_and_server_side_curs
     assert on.returncode == 0, on.stderr
     assert on.stdout.split() == ["True", "True", "None"]
     off = django_settings(RQ_TRANSACTION_POOLER="0", DATABASE_URL="postgres://postgres@127.0.0.1:5432/x")
-    assert off.stdout.split() == ["False", "None", "5"]
+    assert off.stdout.split() == ["False", "False", "5"]
 
 
 @pytest.mark.parametrize(
