@@ -1,0 +1,398 @@
+"""Two hosts on this machine, one of them lost midway, and every resume still delivered exactly once.
+
+Each host is a network namespace made here with a veth pair to the root namespace, and runs gunicorn
+and a Celery worker. PostgreSQL (behind PgBouncer in transaction mode), Redis, one beat and the agent
+stay in the root namespace; PgBouncer, Redis and the agent listen on the root side of the veth pairs.
+Everything is built and torn down here, on failure too.
+"""
+
+import ipaddress
+import json
+import os
+import shutil
+import signal
+import subprocess
+import threading
+import time
+from collections import Counter, defaultdict
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import httpx
+import pytest
+from django.db import connections
+
+from holds.models import Hold, Invocation, Run
+from tests import factories
+from tests.conftest import require
+from tests.processes import VENV_BIN, Processes, free_port, wait_until
+from tests.test_pooler import pgbouncer
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.needs_redis]
+
+RUNS = 1000
+CONTESTED = RUNS // 10  # holds that 8 decisions race for
+RACERS = 8
+TIMEOUT = 5  # the capability's timeout: a lease is this plus RQ_LEASE_GRACE
+GRACE = 2
+RELAY = 1  # seconds between beat's relays (and sweeps)
+AGENT_DELAY = 0.05  # seconds the agent takes over a resume, so that some are in flight when a host dies
+APPROVE = {"items": [{"id": "INV-1", "action": "approve"}, {"id": "INV-2", "action": "approve"}]}
+
+
+def _ip(*args: str, check: bool = True) -> subprocess.CompletedProcess:
+    return subprocess.run(["ip", *args], check=check, capture_output=True, text=True, timeout=30)
+
+
+@dataclass
+class Host:
+    name: str
+    namespace: str
+    outside: str  # the root namespace's end of its veth pair
+    inside: str  # the host's address
+
+    def pids(self) -> list[int]:
+        return [int(pid) for pid in _ip("netns", "pids", self.namespace, check=False).stdout.split()]
+
+    def kill_everything(self) -> int:
+        pids = self.pids()
+        for pid in pids:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        return len(pids)
+
+
+def _free_subnet() -> ipaddress.IPv4Network:
+    """A 10.213.x.0/24 that no address or route on this machine uses yet."""
+    used = _ip("-o", "addr").stdout + _ip("route").stdout
+    for third in range(7, 255):
+        if f"10.213.{third}." not in used:
+            return ipaddress.ip_network(f"10.213.{third}.0/24")
+    raise AssertionError("no free 10.213.x.0/24")
+
+
+@contextmanager
+def two_hosts():
+    """Two namespaces, each with a veth pair (a /30 of one private /24) and a route to the rest of the /24
+    through the root namespace. Removes them (and anything still running in them) when it ends."""
+    require("root and iproute2 for `ip netns`", os.geteuid() == 0 and shutil.which("ip") is not None)
+    subnet = _free_subnet()
+    addresses = list(subnet.hosts())
+    tag = f"{os.getpid() % 100000}"
+    hosts: list[Host] = []
+    try:
+        for n in (1, 2):
+            outside, inside = str(addresses[4 * n - 4]), str(addresses[4 * n - 3])  # .1/.2, .5/.6
+            host = Host(f"host{n}", f"rq-pool-{tag}-{n}", outside, inside)
+            _ip("netns", "add", host.namespace)
+            hosts.append(host)
+            out_link, in_link = f"rq{tag}o{n}", f"rq{tag}i{n}"
+            _ip("link", "add", out_link, "type", "veth", "peer", "name", in_link)
+            _ip("link", "set", in_link, "netns", host.namespace)
+            _ip("addr", "add", f"{outside}/30", "dev", out_link)
+            _ip("link", "set", out_link, "up")
+            _ip("-n", host.namespace, "addr", "add", f"{inside}/30", "dev", in_link)
+            _ip("-n", host.namespace, "link", "set", in_link, "up")
+            _ip("-n", host.namespace, "link", "set", "lo", "up")
+            _ip("-n", host.namespace, "route", "add", str(subnet), "via", outside)
+        yield hosts
+    finally:
+        for host in hosts:
+            host.kill_everything()
+            # Deleting the namespace deletes its end of the veth pair, and so the pair.
+            _ip("netns", "del", host.namespace, check=False)
+
+
+class _Server(ThreadingHTTPServer):
+    request_queue_size = 256  # a burst of sends from two workers' threads
+    daemon_threads = True
+
+
+class CountingAgent:
+    """The agent: asks through the api_url it is sent (its host's web) and suspends, and completes on its
+    resume. Every delivery is kept with its webhook-id, the sending host's address and when it came."""
+
+    def __init__(self, address: str):
+        self.lock = threading.Lock()
+        self.deliveries: list[tuple[str, str, str, float]] = []  # (webhook-id, kind, sender, monotonic)
+        self.in_flight: dict[str, set[str]] = defaultdict(set)  # sender -> webhook-ids being answered
+        self.asks: Counter = Counter()
+        agent = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self):
+                raw = self.rfile.read(int(self.headers.get("content-length", 0)))
+                body, webhook_id, sender = json.loads(raw), self.headers["webhook-id"], self.client_address[0]
+                invocation = body["invocation"]
+                with agent.lock:
+                    agent.deliveries.append((webhook_id, invocation["kind"], sender, time.monotonic()))
+                    agent.in_flight[sender].add(webhook_id)
+                try:
+                    if body["resume"] is not None:
+                        time.sleep(AGENT_DELAY)
+                        answer = {"status": "completed", "output": {"by": body["resume"]["resolved_by"]}}
+                    else:
+                        asked = httpx.post(
+                            f"{invocation['api_url']}/v0/holds",
+                            json=factories.ask_body(),
+                            headers={"x-agentos-run-token": invocation["run_token"]},
+                            timeout=30,
+                        )
+                        asked.raise_for_status()
+                        with agent.lock:
+                            agent.asks[invocation["api_url"]] += 1
+                        answer = {"status": "suspended", "hold_id": asked.json()["hold_id"]}
+                    payload = json.dumps(answer).encode()
+                    self.send_response(200)
+                    self.send_header("content-type", "application/json")
+                    self.send_header("content-length", str(len(payload)))
+                    self.end_headers()
+                    self.wfile.write(payload)
+                except OSError:
+                    pass  # the sender was killed
+                finally:
+                    with agent.lock:
+                        agent.in_flight[sender].discard(webhook_id)
+
+            def log_message(self, *args):
+                pass
+
+        self.server = _Server((address, 0), Handler)
+        self.url = f"http://{address}:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self):
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.fixture
+def procs(tmp_path):
+    processes = Processes(tmp_path)
+    yield processes
+    processes.stop_all()
+    connections.close_all()
+
+
+def _redis(procs: Processes, binds: list[str], port: int) -> None:
+    binary = shutil.which("redis-server") or "/usr/bin/redis-server"
+    args = ["--port", str(port), "--bind", *binds, "--protected-mode", "no", "--save", "", "--appendonly", "no"]
+    procs.start("redis", [binary, *args])
+    wait_until(lambda: _open(binds[0], port), 10, "redis")
+
+
+def _open(host: str, port: int) -> bool:
+    import socket
+
+    with socket.socket() as s:
+        s.settimeout(0.5)
+        return s.connect_ex((host, port)) == 0
+
+
+def _host_env(host: Host, *, database: str, redis_port: int, web_port: int) -> dict:
+    redis = f"redis://{host.outside}:{redis_port}/0"
+    return {
+        "DATABASE_URL": database.replace("@127.0.0.1:", f"@{host.outside}:"),
+        "RQ_TRANSACTION_POOLER": "1",
+        "REDIS_URL": redis,
+        "CELERY_BROKER_URL": redis,
+        "RQ_PUBLIC_URL": f"http://{host.inside}:{web_port}",
+        "RQ_RELAY_INTERVAL": str(RELAY),
+        "RQ_SWEEP_INTERVAL": str(RELAY),
+        "RQ_LEASE_GRACE": str(GRACE),
+        "RQ_RATE_ASK": "off",
+        "RQ_RATE_DECISION": "off",
+        "DEBUG": "0",
+        "ALLOWED_HOSTS": host.inside,
+        "SECURE_SSL_REDIRECT": "0",
+    }
+
+
+def _start_host(procs: Processes, host: Host, env: dict, web_port: int) -> str:
+    inside = ["ip", "netns", "exec", host.namespace]
+    procs.start(
+        f"{host.name}-web",
+        [*inside, str(VENV_BIN / "gunicorn"), "reviewqueue.wsgi", "--bind", f"{host.inside}:{web_port}"]
+        + ["--workers", "2", "--threads", "4"],
+        env,
+    )
+    procs.start(
+        f"{host.name}-worker",
+        [*inside, str(VENV_BIN / "celery"), "-A", "reviewqueue", "worker", "-l", "warning"]
+        + ["--pool", "threads", "--concurrency", "8", "-n", f"{host.name}@%h"],
+        env,
+    )
+    return f"http://{host.inside}:{web_port}"
+
+
+def test_two_hosts_one_lost_midway_every_resume_delivered_exactly_once(procs, capsys):
+    began = time.monotonic()
+    with two_hosts() as hosts:
+        agent = CountingAgent(hosts[0].outside)
+        report = {}
+        try:
+            _run(procs, hosts, agent, report)
+        finally:
+            agent.close()
+            procs.stop_all()
+            report["test_s"] = round(time.monotonic() - began)
+            with capsys.disabled():
+                print(f"\ntwo hosts: {json.dumps(report)}")
+
+
+def _run(procs: Processes, hosts: list[Host], agent: CountingAgent, report: dict) -> None:
+    """Does it all, and writes what it measured into `report` before it checks anything."""
+    cap = factories.capability(endpoint=agent.url, timeout_seconds=float(TIMEOUT))
+    key = factories.account("ci-bot", role="member")[1]
+    connections.close_all()
+    redis_port, web_port, bouncer_port = free_port(), free_port(), free_port()
+    _redis(procs, ["127.0.0.1", *(h.outside for h in hosts)], redis_port)
+    with pgbouncer(procs, ["127.0.0.1", *(h.outside for h in hosts)], bouncer_port, pool_size=10) as database:
+        envs = {h.name: _host_env(h, database=database, redis_port=redis_port, web_port=web_port) for h in hosts}
+        webs = {h.name: _start_host(procs, h, envs[h.name], web_port) for h in hosts}
+        beat_env = {**envs["host1"], "REDIS_URL": f"redis://127.0.0.1:{redis_port}/0", "DATABASE_URL": database}
+        beat_env["CELERY_BROKER_URL"] = beat_env["REDIS_URL"]
+        schedule = procs.log_dir / "beat-schedule"
+        procs.start("beat", [str(VENV_BIN / "celery"), "-A", "reviewqueue", "beat", "-s", str(schedule)], beat_env)
+        for url in webs.values():
+            wait_until(lambda url=url: _answers(url + "/healthz"), 60, f"{url}")
+        report_began = time.monotonic()
+        clients = {
+            name: httpx.Client(base_url=url, headers={"authorization": f"Bearer {key}"}, timeout=30)
+            for name, url in webs.items()
+        }
+
+        # 1,000 runs started through both hosts; the workers deliver them and the agent asks through the
+        # web of the host that delivered its start.
+        with ThreadPoolExecutor(8) as pool:
+            started = list(
+                pool.map(
+                    lambda n: clients[f"host{n % 2 + 1}"].post("/v0/runs", json={"capability": cap.name, "input": {}}),
+                    range(RUNS),
+                )
+            )
+        assert Counter(r.status_code for r in started) == {201: RUNS}
+        report["started_s"] = round(time.monotonic() - report_began, 1)
+        wait_until(lambda: Hold.objects.count() == RUNS, 150, f"{RUNS} asks")
+        report["asked_s"] = round(time.monotonic() - report_began, 1)
+        assert len(agent.asks) == 2 and sum(agent.asks.values()) == RUNS, agent.asks
+
+        # Decisions through both hosts, 8 at once on a tenth of the holds; midway host1 is lost.
+        holds = list(Hold.objects.order_by("?").values_list("pk", flat=True))
+        public = {pk: Hold(pk=pk).public_id for pk in holds}
+        contested = set(holds[:CONTESTED])
+        lost = threading.Event()
+        answers: dict[int, list[int]] = defaultdict(list)
+        done = Counter()
+
+        def post(n: int, hold: int) -> int:
+            """One decision, through host1 or host2 until host1 is lost; a request that the lost host
+            dropped is sent again through the other, as a load balancer would."""
+            name = "host2" if lost.is_set() or n % 2 else "host1"
+            try:
+                return clients[name].post(f"/v0/holds/{public[hold]}/decision", json=APPROVE).status_code
+            except httpx.TransportError:
+                assert lost.is_set() or name == "host1"
+                return clients["host2"].post(f"/v0/holds/{public[hold]}/decision", json=APPROVE).status_code
+
+        def decide(index: int, hold: int) -> None:
+            if hold in contested:
+                barrier = threading.Barrier(RACERS)
+
+                def race(n):
+                    barrier.wait()
+                    return post(n, hold)
+
+                with ThreadPoolExecutor(RACERS) as racers:
+                    statuses = list(racers.map(race, range(RACERS)))
+            else:
+                statuses = [post(index, hold)]
+            answers[hold].extend(statuses)
+            done["decided"] += 1
+
+        killed = {}
+
+        def lose_host1() -> None:
+            """Midway, when host1 is sending resumes to the agent, every process of it is SIGKILLed."""
+            wait_until(lambda: done["decided"] >= RUNS // 2, 120, "half the decisions")
+            wait_until(lambda: len(agent.in_flight[hosts[0].inside]) >= 2, 60, "host1 sending resumes", interval=0.005)
+            killed["at"] = time.monotonic()
+            killed["processes"] = hosts[0].kill_everything()
+            lost.set()
+            with agent.lock:
+                killed["in_flight"] = set(agent.in_flight[hosts[0].inside])
+            killed["decided"] = done["decided"]
+
+        killer = threading.Thread(target=lose_host1, daemon=True)
+        killer.start()
+        decisions_began = time.monotonic()
+        with ThreadPoolExecutor(8) as pool:
+            list(pool.map(decide, range(len(holds)), holds))
+        killer.join(timeout=60)
+        assert lost.is_set(), "host1 was never lost"
+        for name in ("host1-web", "host1-worker"):
+            procs.procs.pop(name).wait(timeout=30)
+        assert not hosts[0].pids()
+
+        wait_until(
+            lambda: Run.objects.filter(status=Run.Status.COMPLETED).count() == RUNS, 150, f"{RUNS} completed runs"
+        )
+        drained = time.monotonic()
+
+    lease = TIMEOUT + GRACE
+    counts = Counter(webhook_id for webhook_id, *_ in agent.deliveries)
+    first = {}
+    for webhook_id, _kind, sender, at in agent.deliveries:
+        first.setdefault(webhook_id, (sender, at))
+    resent = {w for w, n in counts.items() if n > 1}
+    allowed = {w for w in resent if first[w][0] == hosts[0].inside and first[w][1] <= killed["at"] and counts[w] == 2}
+    takeover = [max(at for w2, _k, _s, at in agent.deliveries if w2 == w) - killed["at"] for w in resent]
+    last_resume = max(at for _w, kind, _s, at in agent.deliveries if kind == "resume")
+    before = [at for _w, kind, _s, at in agent.deliveries if kind == "resume" and at <= killed["at"]]
+    report.update(
+        {
+            "runs": RUNS,
+            "asks_per_host": sorted(agent.asks.values()),
+            "decision_posts": sum(len(s) for s in answers.values()),
+            "processes_killed": killed["processes"],
+            "decided_before_kill": killed["decided"],
+            "in_flight_at_kill": len(killed["in_flight"]),
+            "resent_after_loss": len(resent),
+            "duplicates": len(resent - allowed),
+            "lease_s": lease,
+            "takeover_s": [round(t, 2) for t in sorted(takeover)],
+            "resumes_per_s_two_hosts": round(len(before) / max(killed["at"] - decisions_began, 1e-9), 1),
+            "resumes_per_s_after_loss": round((RUNS - len(before)) / max(last_resume - killed["at"], 1e-9), 1),
+            "drain_s": round(drained - decisions_began, 1),
+        }
+    )
+
+    # Every hold decided by exactly one of its decisions (a 200 lost with host1 answers no one).
+    assert Hold.objects.filter(status=Hold.Status.PENDING).count() == 0
+    assert Hold.objects.filter(status=Hold.Status.DECIDED).count() == RUNS
+    assert all(set(statuses) <= {200, 409} and statuses.count(200) <= 1 for statuses in answers.values()), answers
+    assert sum(statuses.count(200) for statuses in answers.values()) >= RUNS - RACERS * 2
+    assert sum(len(s) for hold, s in answers.items() if hold in contested) == CONTESTED * RACERS
+
+    # Exactly once at the agent, by webhook-id: one resume per decided hold, none lost, and the only
+    # re-sends are of deliveries that host1 had begun when it was lost.
+    resumes = set(Invocation.objects.filter(kind=Invocation.Kind.RESUME).values_list("id", flat=True))
+    assert len(resumes) == RUNS
+    assert {w for w, kind, *_ in agent.deliveries if kind == "resume"} == resumes, "lost resumes"
+    assert resent - allowed == set(), f"duplicates: {sorted(resent - allowed)}"
+    assert killed["in_flight"] <= resent, "a delivery host1 was sending was not sent again"
+    assert Invocation.objects.exclude(status=Invocation.Status.ANSWERED).count() == 0
+
+    # The lost host's leased deliveries were taken over once their lease ran out.
+    assert resent and max(takeover) <= lease + RELAY + 3, takeover
+
+
+def _answers(url: str) -> bool:
+    try:
+        return httpx.get(url, timeout=2).status_code == 200
+    except httpx.HTTPError:
+        return False
