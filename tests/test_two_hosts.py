@@ -18,26 +18,30 @@ from collections import Counter, defaultdict
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
+from datetime import timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import httpx
 import pytest
-from django.db import connections
+from django.db import connection, connections
+from django.db.models import Sum
+from django.utils import timezone
 
-from holds.models import Hold, Invocation, Run
+from holds import delivery, notifications, notify_tasks, rollup, services, tasks
+from holds.models import AuditEvent, AuditKind, Hold, Invocation, Notification, OpsHour, OpsTotal, PendingCount, Run
 from tests import factories
+from tests.agent_double import AgentDouble
 from tests.conftest import require
 from tests.processes import VENV_BIN, Processes, free_port, wait_until
 from tests.test_pooler import pgbouncer
-
-pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.needs_redis]
 
 RUNS = 1000
 CONTESTED = RUNS // 10  # holds that 8 decisions race for
 RACERS = 8
 TIMEOUT = 5  # the capability's timeout: a lease is this plus RQ_LEASE_GRACE
 GRACE = 2
-RELAY = 1  # seconds between beat's relays (and sweeps)
+RELAY = 5  # seconds between beat's relays, as in production (each relay publishes every due row again)
+BATCH = 200  # runs started at once: the asks of one batch are in before the next starts
 AGENT_DELAY = 0.05  # seconds the agent takes over a resume, so that some are in flight when a host dies
 APPROVE = {"items": [{"id": "INV-1", "action": "approve"}, {"id": "INV-2", "action": "approve"}]}
 
@@ -202,7 +206,6 @@ def _host_env(host: Host, *, database: str, redis_port: int, web_port: int) -> d
         "CELERY_BROKER_URL": redis,
         "RQ_PUBLIC_URL": f"http://{host.inside}:{web_port}",
         "RQ_RELAY_INTERVAL": str(RELAY),
-        "RQ_SWEEP_INTERVAL": str(RELAY),
         "RQ_LEASE_GRACE": str(GRACE),
         "RQ_RATE_ASK": "off",
         "RQ_RATE_DECISION": "off",
@@ -229,6 +232,8 @@ def _start_host(procs: Processes, host: Host, env: dict, web_port: int) -> str:
     return f"http://{host.inside}:{web_port}"
 
 
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.needs_redis
 def test_two_hosts_one_lost_midway_every_resume_delivered_exactly_once(procs, capsys):
     began = time.monotonic()
     with two_hosts() as hosts:
@@ -268,16 +273,15 @@ def _run(procs: Processes, hosts: list[Host], agent: CountingAgent, report: dict
 
         # 1,000 runs started through both hosts; the workers deliver them and the agent asks through the
         # web of the host that delivered its start.
+        started = []
         with ThreadPoolExecutor(8) as pool:
-            started = list(
-                pool.map(
+            for at in range(0, RUNS, BATCH):
+                started += pool.map(
                     lambda n: clients[f"host{n % 2 + 1}"].post("/v0/runs", json={"capability": cap.name, "input": {}}),
-                    range(RUNS),
+                    range(at, at + BATCH),
                 )
-            )
+                wait_until(lambda at=at: Hold.objects.count() == at + BATCH, 60, f"{at + BATCH} asks")
         assert Counter(r.status_code for r in started) == {201: RUNS}
-        report["started_s"] = round(time.monotonic() - report_began, 1)
-        wait_until(lambda: Hold.objects.count() == RUNS, 150, f"{RUNS} asks")
         report["asked_s"] = round(time.monotonic() - report_began, 1)
         assert len(agent.asks) == 2 and sum(agent.asks.values()) == RUNS, agent.asks
 
@@ -396,3 +400,83 @@ def _answers(url: str) -> bool:
         return httpx.get(url, timeout=2).status_code == 200
     except httpx.HTTPError:
         return False
+
+
+# --- two beats ---------------------------------------------------------------------------------------
+
+
+def twice_at_once(job, *args, busy: bool = False, **kwargs) -> list:
+    """Runs `job` in two threads released together, as the same tick of two beats would on two workers.
+    With `busy`, a notifications.Busy raised by one of them is its result."""
+    barrier = threading.Barrier(2)
+
+    def one():
+        barrier.wait()
+        try:
+            return job(*args, **kwargs)
+        except notifications.Busy as exc:
+            if not busy:
+                raise
+            return exc
+        finally:
+            connection.close()
+
+    with ThreadPoolExecutor(2) as pool:
+        futures = [pool.submit(one) for _ in range(2)]
+        return [future.result() for future in futures]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_two_beats_double_nothing():
+    """Each periodic job run twice at once (two beats' ticks): the sweep expires each hold once, relayed
+    deliveries reach the agent once, a reminder is sent once, an hour is sealed and counted once, and the
+    pending counters keep their sum."""
+    agent = AgentDouble()
+    try:
+        cap = factories.capability(endpoint=agent.url, notify={"email": False, "webhook": agent.url + "/notify"})
+        holds = [factories.held_hold(cap)[1] for _ in range(6)]
+        expiring = [hold.pk for hold in holds[:3]]
+        Hold.objects.filter(pk__in=expiring).update(expires_at=timezone.now() - timedelta(seconds=1))
+
+        # The sweep: FOR UPDATE SKIP LOCKED, and an UPDATE that re-checks `pending`.
+        assert sum(twice_at_once(tasks.sweep_expired)) == 3
+        assert Hold.objects.filter(status=Hold.Status.EXPIRED).count() == 3
+        assert AuditEvent.objects.filter(kind=AuditKind.HOLD_EXPIRED).count() == 3
+        assert Invocation.objects.filter(kind=Invocation.Kind.RESUME).count() == 3
+
+        # The relay: both publish the same due rows; the claim (a conditional UPDATE) lets one send through.
+        relayed = twice_at_once(services.invocations_due)
+        assert sorted(relayed[0]) == sorted(relayed[1]) and len(relayed[0]) == 3
+        assert twice_at_once(tasks.relay_due) == [3, 3]
+        for invocation_id in relayed[0]:
+            twice_at_once(delivery.deliver, invocation_id)
+        sent = Counter(r["headers"]["webhook-id"] for r in agent.requests if r["path"] != "/notify")
+        assert sorted(sent) == sorted(relayed[0]) and set(sent.values()) == {1}
+
+        # Reminders: both enqueue them; the unique notification row lets one send through.
+        soon = holds[3].expires_at - timedelta(minutes=30)
+        assert twice_at_once(notify_tasks.remind_due, soon) == [3, 3]
+        for hold in holds[3:]:
+            both = twice_at_once(notifications.deliver, hold_id=hold.pk, kind="reminder", channel="webhook", busy=True)
+            # The loser finds the row sent, or claimed (Busy: its task retries later, and then finds it sent).
+            outcomes = sorted(outcome if isinstance(outcome, str) else "busy" for outcome in both)
+            assert outcomes in (["already-sent", "posted"], ["busy", "posted"]), both
+            assert notifications.deliver(hold_id=hold.pk, kind="reminder", channel="webhook") == "already-sent"
+        reminded = [r for r in agent.requests if r["path"] == "/notify"]
+        assert len(reminded) == 3 and Notification.objects.filter(kind="reminder").count() == 3
+
+        # Rollups: the unique `sealed` row of an hour lets one sealer write it; totals count it once.
+        later = timezone.now() + timedelta(hours=3)
+        sealed = twice_at_once(rollup.rollup, now=later)
+        assert sum(sealed) == OpsHour.objects.filter(metric="sealed").count() > 0
+        hours = OpsHour.objects.exclude(metric="sealed").values("metric", "label").annotate(total=Sum("value"))
+        totals = {(t.metric, t.label): t.value for t in OpsTotal.objects.all()}
+        assert totals and totals == {(h["metric"], h["label"]): h["total"] for h in hours}
+
+        # The pending counters: two folds lock the same rows; the sum stays the number of pending holds.
+        before = PendingCount.objects.aggregate(n=Sum("delta"))["n"]
+        twice_at_once(notify_tasks.fold_pending)
+        assert PendingCount.objects.aggregate(n=Sum("delta"))["n"] == before == 3
+        assert PendingCount.objects.count() == 1
+    finally:
+        agent.close()
