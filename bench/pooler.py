@@ -78,7 +78,7 @@ def main():
     figures: dict[str, dict] = {}
     try:
         for script in os.environ.get("RQ_BENCH_POOLER_SCRIPTS", "ask,resume").split(","):
-            for how, env in (("direct", {}), ("pgbouncer", pooled), ("direct", {}), ("pgbouncer", pooled)):
+            for how, env in (("direct", {}), ("pgbouncer", pooled)) * int(os.environ.get("RQ_BENCH_REPEATS", "2")):
                 print(f"pooler: {script} {how}", flush=True)
                 for row in run(script, {**quick, **env}):
                     figures.setdefault(row["figure"], {}).setdefault(how, []).append(row["measured"])
