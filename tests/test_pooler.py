@@ -155,6 +155,24 @@ def procs(tmp_path):
     connections.close_all()
 
 
+@pytest.mark.django_db(transaction=True)
+def test_behind_pgbouncer_a_session_is_not_the_clients(procs):
+    """Why the setting exists: two clients of PgBouncer (pool_mode = transaction, one server connection)
+    share a server session, so what one PREPAREs the other meets; holds/prepared.py's names (rq_1, …)
+    are the same in every process. With the setting nothing is prepared, and both run."""
+    import psycopg
+
+    with pgbouncer(procs, ["127.0.0.1"], free_port(), pool_size=1) as url:
+        with psycopg.connect(url, autocommit=True) as one, psycopg.connect(url, autocommit=True) as other:
+            one.execute("PREPARE rq_1 (bigint) AS SELECT $1")
+            with pytest.raises(psycopg.errors.DuplicatePreparedStatement):
+                other.execute("PREPARE rq_1 (bigint) AS SELECT $1")
+            one.execute("DEALLOCATE ALL")
+            for client in (one, other):
+                assert client.execute("SELECT %s::bigint", [7]).fetchone() == (7,)
+        connections.close_all()
+
+
 def counting_agent() -> tuple[AgentDouble, list]:
     """An agent that asks through the api_url it is sent, suspends, and completes on its resume; it keeps
     each resume's webhook-id."""

@@ -42,6 +42,7 @@ RACERS = 8
 TIMEOUT = 5  # the capability's timeout: a lease is this plus RQ_LEASE_GRACE
 GRACE = 2
 RELAY = 5  # seconds between beat's relays, as in production (each relay publishes every due row again)
+DRAIN = 150  # resumes in each burst that the workers of one host, then of both, drain
 BATCH = 200  # runs started at once: the asks of one batch are in before the next starts
 AGENT_DELAY = 0.05  # seconds the agent takes over a resume, so that some are in flight when a host dies
 APPROVE = {"items": [{"id": "INV-1", "action": "approve"}, {"id": "INV-2", "action": "approve"}]}
@@ -170,6 +171,10 @@ class CountingAgent:
         self.url = f"http://{address}:{self.server.server_address[1]}"
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
 
+    def resumes(self) -> set[str]:
+        with self.lock:
+            return {webhook_id for webhook_id, kind, *_ in self.deliveries if kind == "resume"}
+
     def close(self):
         self.server.shutdown()
         self.server.server_close()
@@ -283,6 +288,8 @@ def _run(procs: Processes, hosts: list[Host], agent: CountingAgent, report: dict
                 )
                 wait_until(lambda at=at: Hold.objects.count() == at + BATCH, 60, f"{at + BATCH} asks")
         assert Counter(r.status_code for r in started) == {201: RUNS}
+        unanswered = Invocation.objects.filter(kind=Invocation.Kind.START).exclude(status=Invocation.Status.ANSWERED)
+        wait_until(lambda: not unanswered.exists(), 60, "the starts' answers recorded")
         report["asked_s"] = round(time.monotonic() - report_began, 1)
         assert len(agent.asks) == 2 and sum(agent.asks.values()) == RUNS, agent.asks
 
@@ -323,7 +330,7 @@ def _run(procs: Processes, hosts: list[Host], agent: CountingAgent, report: dict
 
         def lose_host1() -> None:
             """Midway, when host1 is sending resumes to the agent, every process of it is SIGKILLed."""
-            wait_until(lambda: done["decided"] >= RUNS // 2, 120, "half the decisions")
+            wait_until(lambda: done["decided"] >= len(holds) // 2, 120, "half the decisions")
             wait_until(lambda: len(agent.in_flight[hosts[0].inside]) >= 2, 60, "host1 sending resumes", interval=0.005)
             killed["at"] = time.monotonic()
             killed["processes"] = hosts[0].kill_everything()
@@ -336,6 +343,32 @@ def _run(procs: Processes, hosts: list[Host], agent: CountingAgent, report: dict
             finally:
                 connection.close()
             killed["decided"] = done["decided"]
+
+        def drain(part: list[int], running: list[str]) -> float:
+            """Resumes per second that the workers of `running` hosts send, once they wake up to a queue
+            of `part`'s resumes (decided while every worker was stopped)."""
+            workers = [procs.procs[f"{h.name}-worker"].pid for h in hosts]
+            for pid in workers:
+                os.kill(pid, signal.SIGSTOP)
+            with ThreadPoolExecutor(8) as pool:
+                list(pool.map(decide, range(len(part)), part))
+            ids = set(Invocation.objects.filter(hold_id__in=part).values_list("id", flat=True))
+            began = time.monotonic()
+            for name in running:
+                os.kill(procs.procs[f"{name}-worker"].pid, signal.SIGCONT)
+            # 95 %: a stopped worker may have taken a message off the queue, which the relay re-sends later.
+            wait_until(lambda: len(ids & agent.resumes()) >= len(ids) * 0.95, 120, "a drain", interval=0.05)
+            rate = len(ids) * 0.95 / (time.monotonic() - began)
+            for pid in workers:
+                os.kill(pid, signal.SIGCONT)
+            wait_until(lambda: ids <= agent.resumes(), 60, "the rest of a drain")
+            return round(rate, 1)
+
+        # The drain with one host's worker, then both: a burst of DRAIN resumes each.
+        report["drain_per_s_one_host"] = drain(holds[-2 * DRAIN : -DRAIN], ["host2"])
+        report["drain_per_s_two_hosts"] = drain(holds[-DRAIN:], ["host1", "host2"])
+        holds = holds[: -2 * DRAIN]
+        done["decided"] = 0
 
         killer = threading.Thread(target=lose_host1, daemon=True)
         killer.start()
@@ -362,7 +395,9 @@ def _run(procs: Processes, hosts: list[Host], agent: CountingAgent, report: dict
     allowed = {w for w in resent if first[w][0] == hosts[0].inside and first[w][1] <= killed["at"] and counts[w] == 2}
     takeover = [max(at for w2, _k, _s, at in agent.deliveries if w2 == w) - killed["at"] for w in resent]
     last_resume = max(at for _w, kind, _s, at in agent.deliveries if kind == "resume")
-    before = [at for _w, kind, _s, at in agent.deliveries if kind == "resume" and at <= killed["at"]]
+    phase = [(at, w) for w, kind, _s, at in agent.deliveries if kind == "resume" and at >= decisions_began]
+    before = {w for at, w in phase if at <= killed["at"]}
+    after = {w for at, w in phase if at > killed["at"]} - before
     report.update(
         {
             "runs": RUNS,
@@ -377,8 +412,9 @@ def _run(procs: Processes, hosts: list[Host], agent: CountingAgent, report: dict
             "takeover_s": [round(t, 2) for t in sorted(takeover)],
             "lease_left_at_kill_s": round(killed["lease_left"], 2),
             "taken_over_after_lease_end_s": round(max(takeover) - killed["lease_left"], 2),
-            "resumes_per_s_two_hosts": round(len(before) / max(killed["at"] - decisions_began, 1e-9), 1),
-            "resumes_per_s_after_loss": round((RUNS - len(before)) / max(last_resume - killed["at"], 1e-9), 1),
+            # While decisions come in (their pace, not the workers', sets these), before and after the loss.
+            "resumes_per_s_before_loss": round(len(before) / max(killed["at"] - decisions_began, 1e-9), 1),
+            "resumes_per_s_after_loss": round(len(after) / max(last_resume - killed["at"], 1e-9), 1),
             "drain_s": round(drained - decisions_began, 1),
         }
     )
@@ -400,7 +436,8 @@ def _run(procs: Processes, hosts: list[Host], agent: CountingAgent, report: dict
     assert Invocation.objects.exclude(status=Invocation.Status.ANSWERED).count() == 0
 
     # The lost host's leased deliveries were taken over once their lease ran out.
-    assert resent and max(takeover) <= killed["lease_left"] + RELAY + 2, (takeover, killed["lease_left"])
+    # Then the next relay publishes them; the slack is for the queue ahead of them on a busy machine.
+    assert resent and max(takeover) <= killed["lease_left"] + RELAY + 5, (takeover, killed["lease_left"])
 
 
 def _answers(url: str) -> bool:
