@@ -347,7 +347,7 @@ def _run(procs: Processes, hosts: list[Host], agent: CountingAgent, report: dict
         def drain(part: list[int], running: list[str]) -> float:
             """Resumes per second that the workers of `running` hosts send, once they wake up to a queue
             of `part`'s resumes (decided while every worker was stopped)."""
-            workers = [procs.procs[f"{h.name}-worker"].pid for h in hosts]
+            workers = [proc.pid for name, proc in procs.procs.items() if name.endswith("-worker")]
             for pid in workers:
                 os.kill(pid, signal.SIGSTOP)
             with ThreadPoolExecutor(8) as pool:
@@ -364,9 +364,10 @@ def _run(procs: Processes, hosts: list[Host], agent: CountingAgent, report: dict
             wait_until(lambda: ids <= agent.resumes(), 60, "the rest of a drain")
             return round(rate, 1)
 
-        # The drain with one host's worker, then both: a burst of DRAIN resumes each.
-        report["drain_per_s_one_host"] = drain(holds[-2 * DRAIN : -DRAIN], ["host2"])
+        # A burst of DRAIN resumes drained by both hosts' workers now, another by host2's alone once
+        # host1 is gone (while host1 lived, a stopped worker of it would hold messages).
         report["drain_per_s_two_hosts"] = drain(holds[-DRAIN:], ["host1", "host2"])
+        one_host = holds[-2 * DRAIN : -DRAIN]
         holds = holds[: -2 * DRAIN]
         done["decided"] = 0
 
@@ -381,10 +382,11 @@ def _run(procs: Processes, hosts: list[Host], agent: CountingAgent, report: dict
             procs.procs.pop(name).wait(timeout=30)
         assert not hosts[0].pids()
 
-        wait_until(
-            lambda: Run.objects.filter(status=Run.Status.COMPLETED).count() == RUNS, 150, f"{RUNS} completed runs"
-        )
+        completed = Run.objects.filter(status=Run.Status.COMPLETED)
+        wait_until(lambda: completed.count() == RUNS - DRAIN, 150, f"{RUNS - DRAIN} completed runs")
         drained = time.monotonic()
+        report["drain_per_s_one_host"] = drain(one_host, ["host2"])
+        wait_until(lambda: completed.count() == RUNS, 60, f"{RUNS} completed runs")
 
     lease = TIMEOUT + GRACE
     counts = Counter(webhook_id for webhook_id, *_ in agent.deliveries)
@@ -394,10 +396,10 @@ def _run(procs: Processes, hosts: list[Host], agent: CountingAgent, report: dict
     resent = {w for w, n in counts.items() if n > 1}
     allowed = {w for w in resent if first[w][0] == hosts[0].inside and first[w][1] <= killed["at"] and counts[w] == 2}
     takeover = [max(at for w2, _k, _s, at in agent.deliveries if w2 == w) - killed["at"] for w in resent]
-    last_resume = max(at for _w, kind, _s, at in agent.deliveries if kind == "resume")
+    last_resume = max(at for _w, kind, _s, at in agent.deliveries if kind == "resume" and at <= drained)
     phase = [(at, w) for w, kind, _s, at in agent.deliveries if kind == "resume" and at >= decisions_began]
     before = {w for at, w in phase if at <= killed["at"]}
-    after = {w for at, w in phase if at > killed["at"]} - before
+    after = {w for at, w in phase if killed["at"] < at <= drained} - before
     report.update(
         {
             "runs": RUNS,
