@@ -19,7 +19,9 @@ BENCH_DB = os.environ.get("RQ_BENCH_DB", "rq_bench")
 def setup_django(fresh: bool = True) -> None:
     """Points Django at the scratch database (re-created when `fresh`) and migrates it."""
     sys.path.insert(0, str(ROOT))
-    os.environ["DATABASE_URL"] = f"postgres://postgres@127.0.0.1:5432/{BENCH_DB}"
+    # bench/pooler.py points the benchmark's processes at PgBouncer; the database is made directly.
+    port = os.environ.get("RQ_BENCH_DB_PORT", "5432")
+    os.environ["DATABASE_URL"] = f"postgres://postgres@127.0.0.1:{port}/{BENCH_DB}"
     os.environ.setdefault("SECRET_KEY", "bench-secret-key-not-for-production-0123456789abcdef")
     os.environ.setdefault("ALLOWED_HOSTS", "127.0.0.1,localhost")
     os.environ.setdefault("SECURE_SSL_REDIRECT", "0")

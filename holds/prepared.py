@@ -5,6 +5,10 @@ every time. For the joins and CTEs on the delivery path that planning cost more 
 (docs/benchmarks-notes.md). So each statement sent here is PREPAREd once in each connection, and is
 then sent as a short EXECUTE with its values; a list of them travels as one text (one round trip).
 
+With RQ_TRANSACTION_POOLER the next transaction may run in another server session, which never saw
+the PREPARE: then each statement travels as plain text with its values bound by the client, as Django
+sends its own, still several to a round trip (the cost is in docs/benchmarks.md).
+
 Not psycopg's own prepared statements: they need its pipeline mode to send several at once, and
 its pipeline waits for the answer by polling, which cost the worker more CPU than the planning saved
 PostgreSQL (docs/benchmarks-notes.md).
@@ -20,6 +24,7 @@ import uuid
 import weakref
 from contextlib import contextmanager
 
+from django.conf import settings
 from django.db import connection
 from psycopg.pq import ExecStatus
 
@@ -90,16 +95,32 @@ def _execute_text(sql: str, params, made: dict, new: list) -> tuple[list[str], l
     return texts, values
 
 
+@functools.cache
+def _plain(sql: str) -> tuple[str, tuple[str, ...] | None]:
+    """The statement with %s for each %(name)s placeholder and the names in order (None: it has none)."""
+    names = tuple(re.findall(r"%\((\w+)\)s", sql))
+    return (re.sub(r"%\(\w+\)s", "%s", sql), names) if names else (sql, None)
+
+
+def _plain_text(sql: str, params) -> tuple[list[str], list]:
+    """The text that runs one statement with nothing kept in the session, and its values."""
+    if params is None:
+        return [sql.replace("%", "%%")], []
+    text, names = _plain(sql)
+    return [text], ([params[name] for name in names] if names is not None else list(params))
+
+
 def send(statements: list[tuple[str, object]]) -> list[list[tuple]]:
     """Runs each (sql, params) in order, in one round trip, and returns each one's rows ([] for a
     statement that returns none). Transactions are the caller's: inside an atomic block they join
     it, otherwise they run as one implicit transaction unless the list spells out BEGIN and COMMIT
     (statements without parameters are sent as they are)."""
     connection.ensure_connection()
-    made = _prepared.setdefault(connection.connection, {})
+    pooled = settings.RQ_TRANSACTION_POOLER
+    made = {} if pooled else _prepared.setdefault(connection.connection, {})
     texts, values, runs, new = [], [], [], []
     for sql, params in statements:
-        parts, part_values = _execute_text(sql, params, made, new)
+        parts, part_values = _plain_text(sql, params) if pooled else _execute_text(sql, params, made, new)
         texts.extend(parts)
         values.extend(part_values)
         runs.append(len(texts) - 1)  # the index of the text whose rows are this statement's
