@@ -257,6 +257,10 @@ class Transport(virtual.Transport):
         return any(channel._consumers and not channel.qos.can_consume() for channel in self.channels)
 
     def _wait_for_publish(self, wait: float) -> None:
+        if self.client.transport_options.get("poll_only"):
+            # Behind a transaction pooler a LISTEN would sit in a server session others share: poll.
+            threading.Event().wait(wait)
+            return
         try:
             if self._listener is None:
                 options = self.client.transport_options
