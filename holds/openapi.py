@@ -320,7 +320,7 @@ def document() -> dict:
                 body=schemas.ExperimentIn,
                 responses={
                     "201": _json(schemas.ExperimentCreatedOut, "started"),
-                    **_errors(400, 401, 403, 404, 413, 422),
+                    **_errors(400, 401, 403, 404, 413, 422, 429),
                 },
             ),
             "get": _op(

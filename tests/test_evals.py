@@ -360,3 +360,15 @@ def test_the_openapi_document_describes_the_evals_answers(api, client, cap, data
     check("/v0/experiments/{experiment_id}", "get", read)
     check("/v0/experiments", "post", api.post("/v0/experiments", {"dataset": 1}, key=member_key))  # 422
     assert client.get("/v0/docs").status_code == 200
+
+
+def test_an_experiment_counts_once_against_the_run_start_rate(api, cap, dataset, member_key, settings):
+    # SPEC: the run-start rate counts POST /v0/runs per caller; an experiment counts once, however
+    # many runs it starts.
+    settings.RQ_RATE_RUN_START = "2/m"
+    for _ in range(3):
+        add_item(api, dataset, member_key)
+    assert len(start_experiment(api, dataset, member_key)["runs"]) == 3
+    assert api.post("/v0/runs", {"capability": cap.name, "input": {}}, key=member_key).status_code == 201
+    refused = api.post("/v0/experiments", {"dataset": dataset}, key=member_key)
+    assert refused.status_code == 429 and refused.json()["error"] == "rate_limited"
