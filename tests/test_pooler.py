@@ -108,7 +108,7 @@ def test_the_setting_turns_off_psycopgs_prepared_statements_and_server_side_curs
     "env, message",
     [
         ({"RQ_TRANSACTION_POOLER": "pgbouncer"}, "RQ_TRANSACTION_POOLER must be a boolean (1/0, true/false)"),
-        ({"RQ_TRANSACTION_POOLER": "1", "DATABASE_URL": "sqlite:///tmp/x.sqlite3"}, "is for PostgreSQL"),
+        ({"RQ_TRANSACTION_POOLER": "1", "DATABASE_URL": "sqlite:///tmp/x.sqlite3"}, "must be a PostgreSQL URL"),
     ],
 )
 def test_a_bad_value_stops_the_process_with_a_clear_error(env, message):

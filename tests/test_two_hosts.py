@@ -215,6 +215,7 @@ def _host_env(host: Host, *, database: str, redis_port: int, web_port: int) -> d
         "RQ_LEASE_GRACE": str(GRACE),
         "RQ_RATE_ASK": "off",
         "RQ_RATE_DECISION": "off",
+        "RQ_RATE_RUN_START": "off",
         "DEBUG": "0",
         "ALLOWED_HOSTS": host.inside,
         "SECURE_SSL_REDIRECT": "0",
@@ -334,6 +335,8 @@ def _run(procs: Processes, hosts: list[Host], agent: CountingAgent, report: dict
             wait_until(lambda: len(agent.in_flight[hosts[0].inside]) >= 2, 60, "host1 sending resumes", interval=0.005)
             killed["at"] = time.monotonic()
             killed["processes"] = hosts[0].kill_everything()
+            # A send host1 began before its processes were all dead may reach the agent just after `at`.
+            killed["dead"] = time.monotonic()
             lost.set()
             with agent.lock:
                 killed["in_flight"] = set(agent.in_flight[hosts[0].inside])
@@ -394,7 +397,7 @@ def _run(procs: Processes, hosts: list[Host], agent: CountingAgent, report: dict
     for webhook_id, _kind, sender, at in agent.deliveries:
         first.setdefault(webhook_id, (sender, at))
     resent = {w for w, n in counts.items() if n > 1}
-    allowed = {w for w in resent if first[w][0] == hosts[0].inside and first[w][1] <= killed["at"] and counts[w] == 2}
+    allowed = {w for w in resent if first[w][0] == hosts[0].inside and first[w][1] <= killed["dead"] and counts[w] == 2}
     takeover = [max(at for w2, _k, _s, at in agent.deliveries if w2 == w) - killed["at"] for w in resent]
     last_resume = max(at for _w, kind, _s, at in agent.deliveries if kind == "resume" and at <= drained)
     phase = [(at, w) for w, kind, _s, at in agent.deliveries if kind == "resume" and at >= decisions_began]
