@@ -12,7 +12,7 @@ from agentos.adapters import run_coroutine
 from agentos.adapters.claude import ASKED_KEY, SESSION_KEY, ClaudeAgent, Gate
 from claude_agent_sdk import ClaudeAgentOptions, HookMatcher, create_sdk_mcp_server, tool
 
-from tests.frameworks.anthropic_fake import FakeAnthropic, tool_results
+from tests.frameworks.anthropic_fake import FakeAnthropic, offline_env, tool_results
 
 CALL = {"command": "rm -rf /srv/old-reports"}
 
@@ -58,14 +58,7 @@ def cli_options(fake, tmp_path, ran, **kw):
         ran.append(args)
         return {"content": [{"type": "text", "text": f"paid {args['payee']} {args['amount']}"}]}
 
-    env = {
-        "ANTHROPIC_BASE_URL": fake.url,
-        "ANTHROPIC_API_KEY": "sk-offline",
-        "CLAUDE_CONFIG_DIR": str(tmp_path),
-        "DISABLE_TELEMETRY": "1",
-        "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
-        "DISABLE_AUTOUPDATER": "1",
-    }
+    env = offline_env(fake, tmp_path)
     server = create_sdk_mcp_server("bank", tools=[pay])
     return ClaudeAgentOptions(mcp_servers={"bank": server}, env=env, cwd=str(tmp_path), setting_sources=[], **kw)
 

@@ -134,6 +134,18 @@ class FakeAnthropic:
         self.server.server_close()
 
 
+def offline_env(fake: FakeAnthropic, config_dir) -> dict[str, str]:
+    """The bundled CLI's environment for a run against `fake`: no key, no telemetry, no updates."""
+    return {
+        "ANTHROPIC_BASE_URL": fake.url,
+        "ANTHROPIC_API_KEY": "sk-offline",
+        "CLAUDE_CONFIG_DIR": str(config_dir),
+        "DISABLE_TELEMETRY": "1",
+        "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
+        "DISABLE_AUTOUPDATER": "1",
+    }
+
+
 def tool_results(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Every tool_result block the model has been sent so far."""
     found = []

@@ -14,7 +14,7 @@ import json
 from agentos.adapters.claude import ClaudeAgent
 from claude_agent_sdk import ClaudeAgentOptions, HookMatcher, create_sdk_mcp_server, tool
 
-from tests.frameworks.anthropic_fake import FakeAnthropic, tool_results
+from tests.frameworks.anthropic_fake import FakeAnthropic, offline_env, tool_results
 from tests.frameworks.conftest import pytestmark  # noqa: F401 (real service: transaction and Redis)
 
 DANGEROUS = ["rm -rf", "sudo", "chmod 777", "dd if=", "mkfs"]
@@ -58,14 +58,7 @@ def options(fake, tmp_path, ran):
         ran.append(args)
         return {"content": [{"type": "text", "text": f"paid {args['payee']} {args['amount']}"}]}
 
-    env = {
-        "ANTHROPIC_BASE_URL": fake.url,
-        "ANTHROPIC_API_KEY": "sk-offline",
-        "CLAUDE_CONFIG_DIR": str(tmp_path),
-        "DISABLE_TELEMETRY": "1",
-        "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
-        "DISABLE_AUTOUPDATER": "1",
-    }
+    env = offline_env(fake, tmp_path)
     return ClaudeAgentOptions(
         mcp_servers={"bank": create_sdk_mcp_server("bank", tools=[pay])},
         hooks={"PreToolUse": [HookMatcher(matcher=None, hooks=[my_permission_hook])]},
