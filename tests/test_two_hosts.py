@@ -335,8 +335,6 @@ def _run(procs: Processes, hosts: list[Host], agent: CountingAgent, report: dict
             wait_until(lambda: len(agent.in_flight[hosts[0].inside]) >= 2, 60, "host1 sending resumes", interval=0.005)
             killed["at"] = time.monotonic()
             killed["processes"] = hosts[0].kill_everything()
-            # A send host1 began before its processes were all dead may reach the agent just after `at`.
-            killed["dead"] = time.monotonic()
             lost.set()
             with agent.lock:
                 killed["in_flight"] = set(agent.in_flight[hosts[0].inside])
@@ -397,7 +395,12 @@ def _run(procs: Processes, hosts: list[Host], agent: CountingAgent, report: dict
     for webhook_id, _kind, sender, at in agent.deliveries:
         first.setdefault(webhook_id, (sender, at))
     resent = {w for w, n in counts.items() if n > 1}
-    allowed = {w for w in resent if first[w][0] == hosts[0].inside and first[w][1] <= killed["dead"] and counts[w] == 2}
+    # Allowed (SPEC): an id the lost host sent (a dead host sends nothing, so it began before the kill; the
+    # agent may record its arrival a few ms later) and the surviving host sent once more after the lease.
+    last_sender = {w: sender for w, _kind, sender, _at in agent.deliveries}
+    allowed = {
+        w for w in resent if first[w][0] == hosts[0].inside and last_sender[w] == hosts[1].inside and counts[w] == 2
+    }
     takeover = [max(at for w2, _k, _s, at in agent.deliveries if w2 == w) - killed["at"] for w in resent]
     last_resume = max(at for _w, kind, _s, at in agent.deliveries if kind == "resume" and at <= drained)
     phase = [(at, w) for w, kind, _s, at in agent.deliveries if kind == "resume" and at >= decisions_began]
