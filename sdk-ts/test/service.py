@@ -32,7 +32,7 @@ def main() -> None:
     parser.add_argument("--capabilities", required=True, help="JSON: {name: {endpoint, secret, …}}")
     args = parser.parse_args()
     url = database_url(args.database)
-    os.environ.update(DATABASE_URL=url, DEBUG="0", SECRET_KEY="ts-sdk-tests-" + os.urandom(8).hex())
+    os.environ.update(DATABASE_URL=url, DEBUG="0", SECRET_KEY="ts-sdk-tests-" + os.urandom(32).hex())
     os.environ.pop("REDIS_URL", None)  # this process needs no cache; the service gets its own Redis
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "reviewqueue.settings")
 
