@@ -43,6 +43,21 @@ def _after(request) -> int | None:
     return last[0] if last else None
 
 
+def _newest_first(request, rows, url_name: str) -> tuple[list, dict]:
+    """One page of `rows` newest first, after the request's cursor, and the paging links of the list."""
+    after = _after(request)
+    if after is not None:
+        rows = rows.filter(pk__lt=after)
+    page, more = read_page(rows)
+    first = reverse(url_name)
+    return page, {
+        "page": {"cursor": after},
+        "next_url": first + "?after=" + encode_cursor([page[-1].pk]) if more else "",
+        "first_url": first,
+        "nav": "experiments",
+    }
+
+
 @require_GET
 @login_required
 def experiment_list(request):
@@ -52,19 +67,8 @@ def experiment_list(request):
         .annotate(n_runs=Count("runs", filter=Q(runs__parent__isnull=True)), **RUN_COUNTS)
         .order_by("-pk")
     )
-    after = _after(request)
-    if after is not None:
-        rows = rows.filter(pk__lt=after)
-    page, more = read_page(rows)
-    context = {
-        "experiments": page,
-        "page": {"cursor": after},
-        "next_url": reverse("experiments") + "?after=" + encode_cursor([page[-1].pk]) if more else "",
-        "first_url": reverse("experiments"),
-        "nav": "experiments",
-        "role": actor.role,
-    }
-    return render(request, "holds/experiments.html", context)
+    page, context = _newest_first(request, rows, "experiments")
+    return render(request, "holds/experiments.html", {**context, "experiments": page, "role": actor.role})
 
 
 @require_GET
@@ -106,19 +110,8 @@ def dataset_list(request):
         .annotate(n_items=Count("items", filter=Q(items__deleted_at__isnull=True)))
         .order_by("-pk")
     )
-    after = _after(request)
-    if after is not None:
-        datasets = datasets.filter(pk__lt=after)
-    page, more = read_page(datasets)
-    context = {
-        "datasets": page,
-        "page": {"cursor": after},
-        "next_url": reverse("datasets") + "?after=" + encode_cursor([page[-1].pk]) if more else "",
-        "first_url": reverse("datasets"),
-        "nav": "experiments",
-        "role": actor.role,
-    }
-    return render(request, "holds/datasets.html", context)
+    page, context = _newest_first(request, datasets, "datasets")
+    return render(request, "holds/datasets.html", {**context, "datasets": page, "role": actor.role})
 
 
 def _dataset(dataset_id: str) -> Dataset:
