@@ -1,0 +1,95 @@
+"""One MCP call that waits for a person: ask its hold, wait for it to settle, read what was decided.
+
+Shared by /mcp's request_approval and the gateway. Bad input is refused as the protocol's own error
+(MCPError, JSON-RPC -32602) before anything is written; nothing here answers the client itself.
+"""
+
+import hashlib
+from dataclasses import dataclass
+
+from asgiref.sync import sync_to_async
+from django.db import close_old_connections
+from mcp.shared.exceptions import MCPError
+from mcp.types import INVALID_PARAMS
+
+from .. import ratelimit
+from ..auth import Actor
+from ..errors import ServiceError
+from ..models import Hold
+from ..schemas import MAX_ASK_BYTES, canonical_json
+from ..services.mcp_calls import Held, mcp_call_ask, mcp_call_finish
+from .waiter import waiter
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """A settled hold's one item as the caller answers from it."""
+
+    status: str  # decided | expired | cancelled
+    action: str | None  # approve | edit | reject (decided only)
+    data: dict | None  # the data to go on with: as edited, else as asked
+    comment: str | None
+    decided_by: str
+
+
+def call_key(*parts) -> str:
+    """An idempotency key from what identifies one call to its client (a retry sends the same)."""
+    return "mcp:" + hashlib.sha256(canonical_json(list(parts)).encode()).hexdigest()
+
+
+def _db(fn):
+    """`fn` on a thread of its own, with Django's connection hygiene around it (as a request has)."""
+
+    def run(*args, **kwargs):
+        close_old_connections()
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            close_old_connections()
+
+    return sync_to_async(run, thread_sensitive=False)
+
+
+def _ask(*, actor: Actor, capability: str, input: dict, ask: dict, key: str | None) -> Held:
+    if actor.role not in ("admin", "member"):
+        raise MCPError(code=INVALID_PARAMS, message="this service account's role (viewer) may not ask for decisions")
+    if len(canonical_json(ask).encode()) > MAX_ASK_BYTES:
+        raise MCPError(code=INVALID_PARAMS, message=f"the input is over the ask's limit of {MAX_ASK_BYTES} bytes")
+    try:
+        ratelimit.api_limit("run_start", actor)
+        return mcp_call_ask(capability_name=capability, actor=actor, input=input, ask=ask, key=key)
+    except ServiceError as exc:
+        raise MCPError(code=INVALID_PARAMS, message=_message(exc), data=exc.body()) from None
+
+
+def _message(exc: ServiceError) -> str:
+    body = exc.body()
+    details = "; ".join(f"{e.get('field')}: {e.get('message')}" for e in body.get("errors", []))
+    return f"{body.get('message', 'refused')}{': ' + details if details else ''}"
+
+
+def _outcome(hold_id: int) -> Outcome:
+    hold = Hold.objects.get(pk=hold_id)
+    item = hold.items.order_by("position").first()
+    if hold.status != Hold.Status.DECIDED:
+        return Outcome(status=hold.status, action=None, data=None, comment=None, decided_by=hold.decided_by)
+    data = item.decided_data if item.action == "edit" else item.data
+    return Outcome(
+        status=hold.status,
+        action=item.action,
+        data=data,
+        comment=item.comment or hold.comment,
+        decided_by=hold.decided_by,
+    )
+
+
+ask = _db(_ask)
+outcome = _db(_outcome)
+finish = _db(lambda run_id, answer: mcp_call_finish(run_id=run_id, answer=answer))
+
+
+async def hold_and_wait(*, actor: Actor, capability: str, input: dict, ask_body: dict, key: str | None):
+    """(held, outcome): the call's hold, once settled. A retry with the same key waits on the same hold."""
+    held = await ask(actor=actor, capability=capability, input=input, ask=ask_body, key=key)
+    await waiter.wait(held.hold_id)
+    return held, await outcome(held.hold_id)
