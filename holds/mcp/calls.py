@@ -4,7 +4,9 @@ Shared by /mcp's request_approval and the gateway. Bad input is refused as the p
 (MCPError, JSON-RPC -32602) before anything is written; nothing here answers the client itself.
 """
 
+import asyncio
 import hashlib
+import logging
 from dataclasses import dataclass
 
 from asgiref.sync import sync_to_async
@@ -19,6 +21,9 @@ from ..models import Hold
 from ..schemas import MAX_ASK_BYTES, canonical_json
 from ..services.mcp_calls import Held, mcp_call_ask, mcp_call_finish
 from .waiter import waiter
+
+HEARTBEAT = 25.0
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -88,8 +93,20 @@ outcome = _db(_outcome)
 finish = _db(lambda run_id, answer: mcp_call_finish(run_id=run_id, answer=answer))
 
 
-async def hold_and_wait(*, actor: Actor, capability: str, input: dict, ask_body: dict, key: str | None):
-    """(held, outcome): the call's hold, once settled. A retry with the same key waits on the same hold."""
+async def hold_and_wait(*, actor: Actor, capability: str, input: dict, ask_body: dict, key: str | None, heartbeat=None):
+    """(held, outcome): the call's hold, once settled. A retry with the same key waits on the same hold.
+    `heartbeat()` is awaited every HEARTBEAT seconds meanwhile (a progress notification, for clients
+    that end calls that look idle); its failure is not the call's."""
     held = await ask(actor=actor, capability=capability, input=input, ask=ask_body, key=key)
-    await waiter.wait(held.hold_id)
+    settled = asyncio.ensure_future(waiter.wait(held.hold_id))
+    try:
+        while not (await asyncio.wait({settled}, timeout=HEARTBEAT))[0]:
+            if heartbeat is not None:
+                try:
+                    await heartbeat()
+                except Exception:  # noqa: BLE001 (a lost progress notification changes nothing)
+                    log.info("mcp: a heartbeat for hold %s failed", held.hold_id, exc_info=True)
+        settled.result()
+    finally:
+        settled.cancel()
     return held, await outcome(held.hold_id)

@@ -60,6 +60,7 @@ async def request_approval(tool_name: str, input: dict[str, Any], ctx: Context, 
         input={"tool_name": tool_name, "input": input},
         ask_body=approval_ask(tool_name, input, tool_use_id),
         key=key,
+        heartbeat=lambda: ctx.report_progress(0, message="waiting for a reviewer"),
     )
     answer = permission_answer(outcome)
     await calls.finish(held.run_id, answer)
