@@ -20,6 +20,9 @@ from .asks import hold_ask
 from .audit import audit
 from .runs import finish_run, run_start
 
+# The start invocation while the call answers it: delivering, or answered once claimed (mcp_call_claim).
+ANSWERING = (Invocation.Status.DELIVERING, Invocation.Status.ANSWERED)
+
 
 @dataclass(frozen=True)
 class Held:
@@ -51,6 +54,22 @@ def mcp_call_ask(*, capability_name: str, actor: Actor, input: dict, ask: dict, 
     return Held(run_id=run.pk, hold_id=hold.pk)
 
 
+def mcp_call_claim(*, run_id: int) -> bool:
+    """The one caller that may act on the decision (the gateway calls the upstream tool once): True for
+    the first of several retries waiting on one hold, by a conditional UPDATE of the run's start
+    invocation (delivering -> answered); the others wait for the run's output (mcp_call_output)."""
+    claimed = Invocation.objects.filter(run_id=run_id, seq=1, status=Invocation.Status.DELIVERING).update(
+        status=Invocation.Status.ANSWERED, answered_at=timezone.now()
+    )
+    return claimed == 1
+
+
+def mcp_call_output(*, run_id: int) -> tuple[bool, dict | None]:
+    """(finished, output) of a call's run: what a retry answers once the first call has."""
+    run = Run.objects.only("status", "output").get(pk=run_id)
+    return run.finished, run.output
+
+
 def mcp_call_finish(*, run_id: int, answer: dict) -> None:
     """The call answered its client: its start invocation is answered and its run completed with the
     answer (its resume, still waiting, is cancelled with it). A second finish changes nothing."""
@@ -58,7 +77,7 @@ def mcp_call_finish(*, run_id: int, answer: dict) -> None:
         run = Run.objects.select_for_update(no_key=True).filter(pk=run_id).first()
         if run is None or run.finished:
             return
-        Invocation.objects.filter(run=run, seq=1, status=Invocation.Status.DELIVERING).update(
+        Invocation.objects.filter(run=run, seq=1, status__in=ANSWERING).update(
             status=Invocation.Status.ANSWERED,
             answer={"status": "completed", "output": answer},
             answered_at=timezone.now(),
