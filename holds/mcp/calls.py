@@ -56,8 +56,6 @@ def _db(fn):
 
 
 def _ask(*, actor: Actor, capability: str, input: dict, ask: dict, key: str | None) -> Held:
-    if actor.role not in ("admin", "member"):
-        raise MCPError(code=INVALID_PARAMS, message="this service account's role (viewer) may not ask for decisions")
     if len(canonical_json(ask).encode()) > MAX_ASK_BYTES:
         raise MCPError(code=INVALID_PARAMS, message=f"the input is over the ask's limit of {MAX_ASK_BYTES} bytes")
     try:
