@@ -19,6 +19,7 @@ from . import queries
 from .forms import DecisionForm
 from .policy import decide_refusal
 from .views import ItemView, _item_views, _load, _viewer
+from .words import Action
 
 THRESHOLDS = ("0.5", "0.7", "0.8", "0.9", "0.95", "1.0")
 DEFAULT_THRESHOLD = "0.9"
@@ -35,7 +36,7 @@ class Scored:
 def offers_approve(item, hold) -> bool:
     """The item's effective actions: its own when it has them, else the hold's."""
     actions = getattr(item, "actions", None) or hold.actions
-    return "approve" in actions
+    return Action.APPROVE in actions
 
 
 def score(hold, views: list[ItemView], threshold: float) -> list[Scored]:

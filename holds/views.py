@@ -23,12 +23,13 @@ from . import presence, queries, ratelimit, rendering, services
 from .api import serve_file
 from .auth import Actor, actor_for_user
 from .errors import Conflict, Forbidden, Invalid, NotFound, RateLimited
-from .forms import ACTION_LABELS, DecisionForm, ItemForm, parse_confirmed
+from .forms import DecisionForm, ItemForm, parse_confirmed
 from .ids import FILE, HOLD, parse_public_id
 from .models import Capability, Hold, HoldItem, RunFile
 from .policy import approves, decidable_ids, decide_refusal, is_open, may_decide, may_read, may_read_file, sees_presence
 from .responses import see_other
 from .schemas import changed_fields
+from .words import Action
 
 # --- queue --------------------------------------------------------------------------------------
 
@@ -125,7 +126,7 @@ class ItemView:
     @property
     def actions(self) -> list[tuple[str, str]]:
         """This item's own actions (else the hold's), as (value, label)."""
-        return [(a, ACTION_LABELS[a]) for a in self.form.actions]
+        return [(a, Action(a).label) for a in self.form.actions]
 
     @property
     def details_html(self):
@@ -142,7 +143,7 @@ class ItemView:
 
     @property
     def decided_changes(self) -> list[tuple[str, object, object]]:
-        if self.item.action != "edit" or not isinstance(self.item.decided_data, dict):
+        if self.item.action != Action.EDIT or not isinstance(self.item.decided_data, dict):
             return []
         return changed_fields(self.item.data, self.item.decided_data)
 
@@ -220,7 +221,7 @@ def _hold_context(request, hold: Hold, actor: Actor, form: DecisionForm | None =
         "may_decide": decider,
         "can_decide": decider and open_,
         "overdue": hold.status == Hold.Status.PENDING and not open_,
-        "actions": [(a, ACTION_LABELS[a]) for a in form.actions],
+        "actions": [(a, Action(a).label) for a in form.actions],
         "role": actor.role,
         "extend_choices": extend_choices(hold) if decider and open_ else [],
         "bc_thresholds": ("0.5", "0.7", "0.8", "0.9", "0.95", "1.0"),
@@ -260,7 +261,7 @@ def hold_review(request, hold_id: str):
         "hold": hold,
         "form": form,
         "items": _item_views(form),
-        "copied_to": sum(1 for f in form.items if f.action in ("edit", "reject", "feedback")),
+        "copied_to": sum(1 for f in form.items if f.action in (Action.EDIT, Action.REJECT, Action.FEEDBACK)),
         "by_confidence": " ".join(_by_confidence(request, form.items)),
         "role": actor.role,
     }
@@ -299,7 +300,7 @@ def _by_confidence(request, item_forms) -> list[str]:
     return [
         quote(f.item.item_id, safe="")
         for f in item_forms
-        if f.action == "approve" and quote(f.item.item_id, safe="") in applied
+        if f.action == Action.APPROVE and quote(f.item.item_id, safe="") in applied
     ]
 
 
@@ -310,7 +311,10 @@ def _by_confidence_ids(request, body) -> list[str]:
     return [
         i["id"]
         for i in items or []
-        if isinstance(i, dict) and i.get("action") == "approve" and isinstance(i.get("id"), str) and i["id"] in applied
+        if isinstance(i, dict)
+        and i.get("action") == Action.APPROVE
+        and isinstance(i.get("id"), str)
+        and i["id"] in applied
     ]
 
 
