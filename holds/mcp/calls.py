@@ -20,8 +20,11 @@ from ..errors import ServiceError
 from ..models import Hold
 from ..schemas import MAX_ASK_BYTES, canonical_json
 from ..services.mcp_calls import Held, mcp_call_ask, mcp_call_finish
+from ..words import Action
 from .waiter import waiter
 
+# The actions after which the call goes on (with the data as asked, or as edited).
+GOES_ON = (Action.APPROVE, Action.EDIT)
 HEARTBEAT = 25.0
 log = logging.getLogger(__name__)
 
@@ -76,7 +79,7 @@ def _outcome(hold_id: int) -> Outcome:
     item = hold.items.order_by("position").first()
     if hold.status != Hold.Status.DECIDED:
         return Outcome(status=hold.status, action=None, data=None, comment=None, decided_by=hold.decided_by)
-    data = item.decided_data if item.action == "edit" else item.data
+    data = item.decided_data if item.action == Action.EDIT else item.data
     return Outcome(
         status=hold.status,
         action=item.action,

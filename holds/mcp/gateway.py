@@ -37,8 +37,10 @@ from mcp.types import (
 
 from ..schemas import item_schema_problems
 from ..services.mcp_calls import mcp_call_claim, mcp_call_output
+from ..words import Action
 from . import calls
 from .auth import BearerKey, actor_of
+from .calls import GOES_ON
 from .gateway_config import GatewayConfig, Upstream
 
 log = logging.getLogger(__name__)
@@ -131,7 +133,7 @@ class Gateway:
         ask_body = {
             "intent": f"Call {name}?"[:500],
             "details": tool.description or "",
-            "actions": ["approve", "edit", "reject"],
+            "actions": [*GOES_ON, Action.REJECT],
             "items": [{"id": "call", "title": name[:1000], "data": arguments, "schema": schema}],
         }
         held, outcome = await calls.hold_and_wait(
@@ -141,7 +143,7 @@ class Gateway:
             ask_body=ask_body,
             key=key,
         )
-        if outcome.status != "decided" or outcome.action not in ("approve", "edit"):
+        if outcome.status != "decided" or outcome.action not in GOES_ON:
             result = text_error(refusal_message(outcome))
             await calls.finish(held.run_id, result.model_dump(mode="json", by_alias=True, exclude_none=True))
             return result
@@ -190,7 +192,7 @@ class Gateway:
             ask_body = {
                 "intent": params.message[:500] or "An upstream tool asks for input",
                 "details": params.message,
-                "actions": ["approve", "edit", "reject"] if complete else ["edit", "reject"],
+                "actions": [*GOES_ON, Action.REJECT] if complete else [Action.EDIT, Action.REJECT],
                 "items": [
                     {"id": "elicitation", "title": params.message[:1000] or "input", "data": data, "schema": schema}
                 ],
@@ -202,7 +204,7 @@ class Gateway:
                 ask_body=ask_body,
                 key=calls.call_key("elicitation", call_key, next(rounds)),
             )
-            if outcome.status == "decided" and outcome.action in ("approve", "edit"):
+            if outcome.status == "decided" and outcome.action in GOES_ON:
                 result = ElicitResult(action="accept", content=outcome.data)
             elif outcome.status == "decided":
                 result = ElicitResult(action="decline")

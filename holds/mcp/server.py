@@ -13,8 +13,10 @@ from django.conf import settings
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.transport_security import TransportSecuritySettings
 
+from ..words import Action
 from . import calls
 from .auth import BearerKey, actor_of
+from .calls import GOES_ON
 
 mcp = MCPServer(
     "review-queue",
@@ -25,7 +27,7 @@ mcp = MCPServer(
 def approval_ask(tool_name: str, tool_input: dict, tool_use_id: str | None) -> dict:
     return {
         "intent": f"Allow {tool_name}?"[:500],
-        "actions": ["approve", "edit", "reject"],
+        "actions": [*GOES_ON, Action.REJECT],
         "expires_in": settings.RQ_MCP_EXPIRES_IN,
         "items": [{"id": (tool_use_id or "call")[:200], "title": tool_name[:1000], "data": tool_input}],
     }
@@ -33,7 +35,7 @@ def approval_ask(tool_name: str, tool_input: dict, tool_use_id: str | None) -> d
 
 def permission_answer(outcome: calls.Outcome) -> dict:
     """What Claude Code is told: allow (with the input as decided) or deny with the reason."""
-    if outcome.status == "decided" and outcome.action in ("approve", "edit"):
+    if outcome.status == "decided" and outcome.action in GOES_ON:
         return {"behavior": "allow", "updatedInput": outcome.data}
     if outcome.status == "decided":
         reason = outcome.comment or "no reason given"
