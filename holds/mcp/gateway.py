@@ -9,8 +9,10 @@
 - An upstream's form-mode elicitation (either protocol: the SDK's client answers a push and MRTR alike)
   becomes a hold whose item schema is its `requestedSchema`: accept with the data on approve or edit,
   decline on reject, cancel on expiry. A schema that is not a flat object of primitives is declined
-  with a message. A URL-mode elicitation is passed to the client untouched, where its connection has
-  a back-channel (2025-11-25); on a 2026-07-28 connection it is refused as an error the upstream sees.
+  with a message. A URL-mode elicitation is sent on to the client where its connection has a
+  back-channel (2025-11-25) and refused with an error the upstream sees on a 2026-07-28 connection.
+  Not verified: the one test tried (the official client on a 2025-11-25 connection) answered -32602,
+  cause not found; the client's error goes back to the upstream.
 - Exactly once: a call's key is its client's session and JSON-RPC id, its tool and arguments; a retry
   finds the same hold, and only the first call acts on the decision (mcp_call_claim): the others
   answer the upstream's result it recorded.
@@ -180,6 +182,8 @@ class Gateway:
                     return ErrorData(
                         code=INVALID_REQUEST, message="the gateway's client cannot be sent a URL elicitation"
                     )
+                except MCPError as exc:  # the client's own refusal goes back to the upstream as it came
+                    return exc.error
             schema = params.requested_schema
             problem = flat_schema_problem(schema)
             if problem is not None:
