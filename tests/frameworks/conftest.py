@@ -4,6 +4,7 @@ runs in the test process on the agentos SDK (agentos.Server), so a test can read
 """
 
 import datetime as dt
+import socket
 import uuid
 
 import agentos
@@ -46,7 +47,7 @@ class Drive:
         cap = factories.capability(name=self.name, endpoint=f"http://127.0.0.1:{port}", timeout_seconds=60.0)
         self.key = factories.account(f"bot-{self.name}", role="member")[1]
         self.port, self.secret = port, cap.secret
-        self.agent = agentos.Server({self.name: handler}, port=port, secret=cap.secret).start()
+        self.agent = self._serve(handler)
         self.api = httpx.Client(base_url=url, headers={"authorization": f"Bearer {self.key}"}, timeout=30)
 
     def run(self, run_id: str) -> dict:
@@ -86,11 +87,31 @@ class Drive:
             "the run to move on",
         )
 
+    def _serve(self, handler) -> agentos.Server:
+        server = agentos.Server({self.name: handler}, port=self.port, secret=self.secret)
+        # Remember each accepted connection: a restart must end the kept-alive ones too, or the old
+        # handler would go on answering the service on them.
+        server.connections = []
+        accept = server.httpd.get_request
+
+        def get_request():
+            conn, addr = accept()
+            server.connections.append(conn)
+            return conn, addr
+
+        server.httpd.get_request = get_request
+        return server.start()
+
     def restart(self, handler) -> None:
-        """The agent process is gone; a new one (a new handler, its framework objects built anew)
-        answers on the same endpoint."""
+        """The agent process is gone, with its connections; a new one (a new handler, its framework
+        objects built anew) answers on the same endpoint."""
         self.agent.stop()
-        self.agent = agentos.Server({self.name: handler}, port=self.port, secret=self.secret).start()
+        for conn in self.agent.connections:
+            try:
+                conn.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass  # already closed
+        self.agent = self._serve(handler)
 
     def expire(self, hold: dict) -> None:
         """The hold's deadline passes now; beat's sweep (every second here) expires it."""
