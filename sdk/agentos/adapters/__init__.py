@@ -1,7 +1,8 @@
 """Framework adapters: each turns a framework's own pause into one Review Queue hold.
 
 Import the one you need (`agentos.adapters.langgraph`, `.openai_agents`, `.claude`,
-`.bedrock`, `.agno`); each imports its framework, which the `agentos` package does not depend on.
+`.bedrock`, `.agno`, `.pydantic_ai`, `.adk`); each imports its framework, which the `agentos` package
+does not depend on.
 """
 
 from __future__ import annotations
