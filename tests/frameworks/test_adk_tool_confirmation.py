@@ -168,6 +168,26 @@ def test_time_off_is_edited_as_the_samples_payload_and_a_bad_type_is_refused(dri
     assert done == [("request_time_off", 3)]
 
 
+def test_two_confirmations_of_one_turn_are_one_hold_answered_in_one_message(drive, tmp_path):
+    # ADK goes on as soon as one confirmation is answered; both answers travel together, so the model
+    # is called once, with both results.
+    done = []
+    d = drive(served(tmp_path, [REIMBURSE + TIME_OFF], done))
+    run_id = d.start({"prompt": "Reimburse $2000 and book 5 days off"})
+    hold = d.held(run_id)
+    assert [i["id"] for i in hold["items"]] == ["fc_reimburse", "fc_time_off"]
+    decision = [
+        {"id": "fc_reimburse", "action": "reject", "comment": "no receipt"},
+        {"id": "fc_time_off", "action": "edit", "data": {"approved_days": 4}},
+    ]
+    assert d.decide(hold, decision).status_code == 200
+    run = d.finished(run_id)
+    assert run["output"] == (
+        "reimburse={'error': 'This tool call is rejected.'}; request_time_off={'status': 'ok', 'approved_days': 4}"
+    ), run
+    assert done == [("request_time_off", 4)]
+
+
 def test_expiry_rejects_the_confirmation(drive, tmp_path):
     done = []
     d = drive(served(tmp_path, [REIMBURSE], done, expires_in=3600))
