@@ -161,6 +161,7 @@ describe("examples/agent-patterns/human-in-the-loop.ts", () => {
     assert.deepEqual(byId.t_oak.data, { city: "Oakland" });
     assert.equal(byId.t_oak.title, 'get_temperature(city="Oakland")');
     assert.deepEqual(runs.main, [["get_temperature", "San Francisco"]]); // ungated: ran before the pause
+    assert.doesNotMatch(JSON.stringify(hold), /schemaVersion|currentAgent|modelResponses/); // the RunState stays server-side
     await service.decide(hold.hold_id, {
       items: [
         { id: "t_oak", action: "approve" },

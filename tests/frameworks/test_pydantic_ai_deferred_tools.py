@@ -11,6 +11,8 @@ Source: pydantic/pydantic-ai, docs/deferred-tools.md, "Human-in-the-Loop Tool Ap
   the resumed run gets only the decisions).
 """
 
+import json
+
 from agentos.adapters import EXPIRED_MESSAGE
 from agentos.adapters.pydantic_ai import STATE_KEY, PydanticAIAgent
 from pydantic_ai import (
@@ -25,6 +27,7 @@ from pydantic_ai import (
 )
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 
+from holds.models import RunState
 from tests.frameworks.conftest import pytestmark  # noqa: F401 (real service: transaction and Redis)
 
 FIRST_TURN = [
@@ -84,6 +87,9 @@ def test_approve_one_and_reject_the_other_with_the_examples_message(drive):
     assert items["update_file_dotenv"]["data"] == {"path": ".env", "content": ""}
     assert "protected" in items["update_file_dotenv"]["details"]
     assert items["delete_file"]["schema"]["properties"]["path"]["type"] == "string"
+    # The history waits in run state, on the server side; the hold shows only the calls' arguments.
+    saved = json.dumps(RunState.objects.get(key=STATE_KEY).value)
+    assert '"part_kind": "user-prompt"' in saved and "user-prompt" not in json.dumps(hold)
     decision = [
         {"id": "update_file_dotenv", "action": "approve"},
         {"id": "delete_file", "action": "reject", "comment": "Deleting files is not allowed"},

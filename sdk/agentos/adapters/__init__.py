@@ -29,6 +29,17 @@ def run_coroutine(coro: Coroutine) -> Any:
         return pool.submit(asyncio.run, coro).result()
 
 
+def decided_item(inv: Any, item_id: str) -> Any:
+    """The reviewer's decision on one item, or None when the hold expired (or the item was not in it):
+    the adapter then rejects the call with EXPIRED_MESSAGE."""
+    if inv.resume.expired:
+        return None
+    try:
+        return inv.resume.item(item_id)
+    except KeyError:
+        return None
+
+
 def jsonable(value: Any) -> Any:
     """A JSON-safe copy of a framework value (pydantic models, messages, dataclasses…)."""
     return json.loads(json.dumps(value, default=_fallback))

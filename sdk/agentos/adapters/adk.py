@@ -27,7 +27,7 @@ from typing import Any
 
 from .. import Invocation
 from ..resume import DecidedItem
-from . import EXPIRED_MESSAGE, call_title, hold_actions, item_actions, jsonable, run_coroutine
+from . import EXPIRED_MESSAGE, call_title, decided_item, hold_actions, item_actions, jsonable, run_coroutine
 
 STATE_KEY = "adk:paused"
 CONFIRMATION = "adk_request_confirmation"
@@ -116,7 +116,7 @@ class ADKAgent:
                     f"run {inv.run_id}: ADK session {session_id} of app {self.app_name} is not in the session "
                     "service: nothing to resume"
                 )
-            parts = [confirmation_part(c, decided_for(inv, c["id"])) for c in saved["confirmations"]]
+            parts = [confirmation_part(c, decided_item(inv, c["id"])) for c in saved["confirmations"]]
             message = types.Content(role="user", parts=parts)
         events = []
         async for event in self._runner().run_async(user_id=self.user_id, session_id=session_id, new_message=message):
@@ -197,15 +197,6 @@ def confirmation_part(c: dict[str, Any], decided: DecidedItem | None) -> Any:
     return types.Part(
         function_response=types.FunctionResponse(id=c["confirmation_id"], name=CONFIRMATION, response=response)
     )
-
-
-def decided_for(inv: Invocation, item_id: str) -> DecidedItem | None:
-    if inv.resume.expired:
-        return None
-    try:
-        return inv.resume.item(item_id)
-    except KeyError:
-        return None
 
 
 def payload_schema(data: dict[str, Any]) -> dict[str, Any] | None:

@@ -27,8 +27,7 @@ from collections.abc import Callable
 from typing import Any
 
 from .. import Invocation
-from ..resume import DecidedItem
-from . import EXPIRED_MESSAGE, call_title, hold_actions, item_actions, jsonable, run_coroutine
+from . import EXPIRED_MESSAGE, call_title, decided_item, hold_actions, item_actions, jsonable, run_coroutine
 
 STATE_KEY = "pydantic_ai:paused"
 DENIED = "A reviewer rejected this call."
@@ -90,7 +89,7 @@ class PydanticAIAgent:
 
         results = DeferredToolResults()
         for call in calls:
-            decided = decided_for(inv, call["id"])
+            decided = decided_item(inv, call["id"])
             action = "reject" if decided is None or decided.action == "feedback" else decided.action
             note = EXPIRED_MESSAGE if decided is None else (decided.comment or DENIED)
             args = decided.data if action == "edit" else call["args"]
@@ -153,12 +152,3 @@ def tool_schemas(agent: Any) -> dict[str, Any]:
             if definition is not None:
                 schemas[name] = definition.parameters_json_schema
     return schemas
-
-
-def decided_for(inv: Invocation, call_id: str) -> DecidedItem | None:
-    if inv.resume.expired:
-        return None
-    try:
-        return inv.resume.item(call_id)
-    except KeyError:
-        return None
