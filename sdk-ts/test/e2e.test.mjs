@@ -1,27 +1,17 @@
 // The seed's TypeScript example, unchanged, and the SDK's API calls, through the real service:
 // gunicorn, a Celery worker and beat, PostgreSQL (a fresh database) and Redis.
 import assert from "node:assert/strict";
-import { mkdirSync, readdirSync, readFileSync, writeFileSync } from "node:fs";
+import { mkdirSync, readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { after, before, describe, test } from "node:test";
 
 import { Server, Suspend } from "@agentos/sdk";
 
-import { ROOT, SDK, freePort, newSecret, startAgent, startService } from "./harness.mjs";
+import { SDK, freePort, newSecret, startAgent, startService } from "./harness.mjs";
 
-/** The TypeScript block of the seed's "With the SDKs" section, as written. */
+/** The TypeScript block of the seed's "With the SDKs" section, as written (test/seed/README.md names its source). */
 export function seedExample() {
-  const dir = join(ROOT, "..", "shared", "seeds");
-  for (const name of readdirSync(dir).sort()) {
-    const text = readFileSync(join(dir, name), "utf8");
-    const start = text.indexOf('import { serve } from "@agentos/sdk";');
-    if (start === -1) continue;
-    const endMarker = "}, { port: 8080 });";
-    const end = text.indexOf(endMarker, start);
-    assert.ok(end > start, `the example in ${name} has no end`);
-    return text.slice(start, end + endMarker.length) + "\n";
-  }
-  throw new Error(`no TypeScript example in ${dir}`);
+  return readFileSync(join(SDK, "test", "seed", "pay_invoices.ts"), "utf8");
 }
 
 const seedSecret = newSecret();
