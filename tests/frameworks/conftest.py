@@ -3,12 +3,17 @@ a Celery worker and beat (tests/processes.py), PostgreSQL and Redis, one service
 runs in the test process on the agentos SDK (agentos.Server), so a test can read what its tools received.
 """
 
+import datetime as dt
 import uuid
 
 import agentos
 import httpx
 import pytest
 from django.db import connections
+from django.utils import timezone
+from holds import services
+from holds.ids import HOLD, parse_public_id
+from holds.models import Hold
 
 from tests import factories
 from tests.processes import Processes, free_port, service_env, wait_until
@@ -63,6 +68,12 @@ class Drive:
 
     def decide(self, hold: dict, items: list[dict], comment: str | None = None) -> httpx.Response:
         return self.api.post(f"/v0/holds/{hold['hold_id']}/decision", json={"items": items, "comment": comment})
+
+    def expire(self, hold: dict) -> None:
+        """The hold's expiry passes: its deadline moves to the past and one sweep batch runs (as beat does)."""
+        pk = parse_public_id(hold["hold_id"], HOLD)
+        Hold.objects.filter(pk=pk).update(expires_at=timezone.now() - dt.timedelta(seconds=1))
+        assert services.holds_expire_due() >= 1
 
     def finished(self, run_id: str) -> dict:
         return wait_until(

@@ -8,6 +8,7 @@ run_response.active_requirements: ...` loop with `continue_run` is replaced by `
 
 import json
 
+from agentos.adapters import EXPIRED_MESSAGE
 from agentos.adapters.agno import AgnoAgent
 from agno.agent import Agent
 from agno.db.sqlite import SqliteDb
@@ -100,6 +101,32 @@ def test_user_input_required_is_filled_in_by_the_reviewer(drive, tmp_path):
     assert d.decide(hold, [{"id": item["id"], "action": "edit", "data": data}]).status_code == 200
     assert d.finished(run_id)["status"] == "completed"
     assert sent == [("Hello", "Hello, world!", "alice@example.com")]
+
+
+def test_user_input_required_that_expires_never_runs_the_tool(drive, tmp_path):
+    sent = []
+
+    @tool(requires_user_input=True, user_input_fields=["to_address"])
+    def send_email(subject: str, body: str, to_address: str) -> str:
+        """Send an email."""
+        sent.append((subject, body, to_address))
+        return f"Sent email to {to_address}"
+
+    def build():
+        return Agent(
+            model=model_calling("send_email", {"subject": "Hello", "body": "Hello, world!"}),
+            tools=[send_email],
+            db=SqliteDb(db_file=str(tmp_path / "user_input_expiry.db")),
+            telemetry=False,
+        )
+
+    d = drive(AgnoAgent(build))
+    run_id = d.start({"prompt": "Send an email"})
+    d.expire(d.held(run_id))
+    run = d.finished(run_id)
+    assert sent == []  # never with empty fields
+    assert run["status"] == "completed" and run["output"] == f"FINAL {EXPIRED_MESSAGE}"
+    assert [h["status"] for h in run["holds"]] == ["expired"]
 
 
 def test_external_tool_execution_runs_here_only_once_approved(drive, tmp_path):

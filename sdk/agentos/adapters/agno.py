@@ -10,7 +10,8 @@ Every paused tool call is an item with its own decisions:
   (checked against the tool's own parameter schema), reject and feedback never run it and give the
   model the comment as Agno's rejection note.
 - `@tool(requires_user_input=True, user_input_fields=[...])`: the reviewer fills the fields in, as an edit
-  of the item's data (each field's type becomes the item's schema).
+  of the item's data (each field's type becomes the item's schema). On expiry the tool never runs: the
+  model gets the expiry as the call's error.
 - `@tool(external_execution=True)`: approve or edit runs `run_external(tool_name, args)` here and hands
   Agno its result; a reject never runs it and gives the model the comment as the call's error.
 
@@ -113,9 +114,14 @@ class AgnoAgent:
         if kind == "user_input":
             if action == "edit":
                 requirement.provide_user_input(decided.data)
-            else:  # Agno has no rejection of a user-input pause: the call gets no input, and fails.
-                execution.tool_call_error = True
-                requirement.provide_user_input({f.name: f.value or "" for f in requirement.user_input_schema or []})
+                return
+            # Agno has no rejection of a user-input pause, and answering one always runs the tool: the call
+            # becomes an external execution whose result is the error, so the tool never runs without input.
+            execution.requires_user_input = False
+            execution.answered = True
+            execution.external_execution_required = True
+            execution.tool_call_error = True
+            requirement.set_external_execution_result(note if decided is None else f"No input was given: {note}")
             return
         if kind == "external_execution":
             if action == "reject":
