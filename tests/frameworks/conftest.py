@@ -11,10 +11,10 @@ import httpx
 import pytest
 from django.db import connections
 from django.utils import timezone
+
 from holds import services
 from holds.ids import HOLD, parse_public_id
 from holds.models import Hold
-
 from tests import factories
 from tests.processes import Processes, free_port, service_env, wait_until
 

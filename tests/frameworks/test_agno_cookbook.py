@@ -169,3 +169,65 @@ def test_external_tool_execution_runs_here_only_once_approved(drive, tmp_path):
     )
     output = d.finished(run_id)["output"]
     assert executed == ["ls -a"] and "no shell" in output
+
+
+def test_two_runs_at_once_on_a_fresh_sqlite_file_both_pause_and_resume(drive, tmp_path):
+    """Agno creates its tables on first use; two first uses at once raced (`table … already exists`) and
+    one paused run was not stored, yet a person was asked. Each try is a fresh file."""
+    fetched = []
+
+    @tool(requires_confirmation=True)
+    def get_top_hackernews_stories(num_stories: int) -> str:
+        """Fetch top stories from Hacker News."""
+        fetched.append(num_stories)
+        return f"{num_stories} stories"
+
+    for attempt in range(4):
+        db_file = str(tmp_path / f"fresh-{attempt}.db")
+
+        def build(db_file=db_file):
+            return Agent(
+                model=model_calling("get_top_hackernews_stories", {"num_stories": 2}),
+                tools=[get_top_hackernews_stories],
+                db=SqliteDb(db_file=db_file),
+                telemetry=False,
+            )
+
+        d = drive(AgnoAgent(build, prompt=lambda inv: "Fetch the top 2 hackernews stories."))
+        run_ids = [d.start({}), d.start({})]
+        for run_id in run_ids:
+            hold = d.held(run_id)
+            assert d.decide(hold, [{"id": hold["items"][0]["id"], "action": "approve"}]).status_code == 200
+        for run_id in run_ids:
+            run = d.finished(run_id)
+            assert (run["status"], run["output"]) == ("completed", "FINAL 2 stories"), (attempt, run)
+    assert fetched == [2] * 8
+
+
+def test_a_pause_agno_did_not_store_fails_the_run_without_asking(drive, tmp_path):
+    class ForgetfulDb(SqliteDb):
+        """Logs nothing and keeps nothing, as a failed save does in Agno (which only logs it)."""
+
+        def upsert_session(self, *args, **kwargs):
+            return None
+
+        def upsert_run(self, *args, **kwargs):
+            return None
+
+    @tool(requires_confirmation=True)
+    def get_top_hackernews_stories(num_stories: int) -> str:
+        """Fetch top stories from Hacker News."""
+        raise AssertionError("never approved")
+
+    def build():
+        return Agent(
+            model=model_calling("get_top_hackernews_stories", {"num_stories": 2}),
+            tools=[get_top_hackernews_stories],
+            db=ForgetfulDb(db_file=str(tmp_path / "forgetful.db")),
+            telemetry=False,
+        )
+
+    d = drive(AgnoAgent(build, prompt=lambda inv: "Fetch the top 2 hackernews stories."))
+    run = d.finished(d.start({}))
+    assert run["status"] == "failed" and run["holds"] == []
+    assert "did not keep it" in str(run["error"])
