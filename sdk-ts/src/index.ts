@@ -2,10 +2,29 @@
 
 import { Webhook } from "standardwebhooks";
 
-export { ApiError, AskInvalid, AskedForHuman, Suspend } from "./errors.js";
+export {
+  APIConnectionError,
+  APITimeoutError,
+  AgentOSError,
+  ApiError,
+  AskInvalid,
+  AskedForHuman,
+  AuthenticationError,
+  BadRequest,
+  ConflictError,
+  NotFound,
+  PayloadTooLarge,
+  PermissionDenied,
+  RateLimited,
+  ServerError,
+  Suspend,
+  UnprocessableEntity,
+} from "./errors.js";
 export {
   Files,
   Invocation,
+  backoffMs,
+  type ApiOptions,
   RunState,
   type AskItem,
   type AskRequest,
