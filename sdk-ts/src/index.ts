@@ -33,6 +33,8 @@ export {
 } from "./invocation.js";
 export { Resume, type Action, type DecidedItem, type JsonObject, type ResumePayload } from "./resume.js";
 export { Server, runHandler, serve, type Answer, type Handler, type ServeOptions } from "./server.js";
+/** The service's wire types, generated from its OpenAPI document (scripts/wire-types.mjs). */
+export type { components, paths } from "./wire.js";
 
 /** Standard Webhooks headers for one delivery of `body` (tests and tools that play the service). */
 export function sign(secret: string, id: string, body: string, timestamp: Date = new Date()): Record<string, string> {

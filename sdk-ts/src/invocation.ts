@@ -6,6 +6,7 @@ import { basename, extname } from "node:path";
 
 import { APIConnectionError, APITimeoutError, ApiError, AskedForHuman, Suspend, apiError } from "./errors.js";
 import { Resume, type Action, type JsonObject, type ResumePayload } from "./resume.js";
+import type { components } from "./wire.js";
 
 export const TOKEN_HEADER = "x-agentos-run-token";
 
@@ -37,17 +38,8 @@ export interface Eval {
   recordedHolds: { ask: JsonObject; resume: Resume | null }[];
 }
 
-export interface AskItem {
-  id: string;
-  title: string;
-  data: JsonObject;
-  /** Maps keys of `data` to numbers in [0, 1]. */
-  confidence?: Record<string, number>;
-  /** Per-item fields (SPEC "Per-item actions, details and schema"); only a service that accepts them. */
-  actions?: Action[];
-  details?: string;
-  schema?: JsonObject;
-}
+/** One item of an ask, as the service's ItemIn (generated from its OpenAPI document, src/wire.ts). */
+export type AskItem = components["schemas"]["ItemIn"];
 
 export interface AskRequest {
   intent: string;
@@ -312,7 +304,7 @@ export class Invocation {
   ask(request: AskRequest & { suspend: false }): Promise<string>;
   ask(request: AskRequest): Promise<string>;
   async ask(request: AskRequest): Promise<string> {
-    const body: JsonObject = { intent: request.intent, items: request.items };
+    const body: components["schemas"]["AskIn"] = { intent: request.intent, items: request.items };
     if (request.actions !== undefined) body.actions = request.actions;
     if (request.details !== undefined) body.details = request.details;
     if (request.expiresIn !== undefined) body.expires_in = request.expiresIn;
