@@ -231,3 +231,42 @@ def test_a_pause_agno_did_not_store_fails_the_run_without_asking(drive, tmp_path
     run = d.finished(d.start({}))
     assert run["status"] == "failed" and run["holds"] == []
     assert "did not keep it" in str(run["error"])
+
+
+def test_a_second_pause_after_a_resume_then_an_expiry_refuses_only_the_second_call(drive, tmp_path):
+    fetched = []
+
+    @tool(requires_confirmation=True)
+    def get_top_hackernews_stories(num_stories: int) -> str:
+        """Fetch top stories from Hacker News."""
+        fetched.append(num_stories)
+        return f"{num_stories} stories"
+
+    def script(messages):
+        done = tool_messages(messages)
+        if len(done) < 2:
+            return call("get_top_hackernews_stories", {"num_stories": len(done) + 1}, f"call_{len(done) + 1}")
+        return say("FINAL " + " | ".join(m.content for m in done))
+
+    def build():
+        return Agent(
+            model=ScriptedModel(script),
+            tools=[get_top_hackernews_stories],
+            db=SqliteDb(db_file=str(tmp_path / "two_pauses.db")),
+            telemetry=False,
+        )
+
+    d = drive(AgnoAgent(build, prompt=lambda inv: "Fetch stories twice."))
+    run_id = d.start({})
+    first = d.held(run_id)
+    assert [i["id"] for i in first["items"]] == ["call_1"]
+    assert d.decide(first, [{"id": "call_1", "action": "approve"}]).status_code == 200
+    second = d.next_state(run_id)
+    assert second["status"] == "held", second
+    second = d.held(run_id)
+    assert [i["id"] for i in second["items"]] == ["call_2"]
+    d.expire(second)
+    run = d.finished(run_id)
+    assert run["status"] == "completed" and run["output"] == f"FINAL 1 stories | {EXPIRED_MESSAGE}"
+    assert fetched == [1]
+    assert [h["status"] for h in run["holds"]] == ["decided", "expired"]
