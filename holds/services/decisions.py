@@ -11,7 +11,7 @@ from ..models import Action, AuditEvent, AuditKind, Hold, HoldItem, Invocation
 from ..policy import decide_refusal, hold_refusal
 from ..schemas import Asked, blank_to_none, validate_decision
 from ..words import ActorKind
-from . import ports, sql
+from . import ports, receipts, sql
 from .transactions import insert_values, one_round_trip
 
 
@@ -92,6 +92,18 @@ def hold_decide(
         "decided_by_account_id": actor.account.pk if actor.kind == ActorKind.ACCOUNT else None,
         "comment": comment,
     }
+    resume["receipt"] = receipts.sign(
+        hold_id=hold.public_id,
+        run_id=hold.run.public_id,
+        capability=hold.capability.name,
+        resolved_by=resume["resolved_by"],
+        decided_by=[receipts.decider("person" if actor.kind == ActorKind.USER else "service_account", actor.label)],
+        decided_at=stamp["decided_at"],
+        items=[
+            receipts.receipt_item(item.item_id, sent["action"], item.data, sent["data"])
+            for item, sent in zip(items, resume_items, strict=True)
+        ],
+    )
     resume_invocation = _write_decision(hold, items, stamp, resume, event)
     if resume_invocation is None:
         # Another decider or the sweep got there first, or the clock passed expires_at.

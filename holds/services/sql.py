@@ -230,6 +230,21 @@ SELECT id, capability_id, invocation_id, status FROM resumes
 )
 
 
+# What an expired hold's receipt states besides the sweep's own facts: its run, capability and items'
+# asked data, one row per item (holds/services/expiry.py signs them).
+EXPIRED_FOR_RECEIPTS = (
+    "SELECT h.id, h.run_id, c.name, i.item_id, i.data FROM holds_hold h"
+    " JOIN holds_capability c ON c.id = h.capability_id LEFT JOIN holds_holditem i ON i.hold_id = h.id"
+    " WHERE h.id = ANY(%s::bigint[]) ORDER BY h.id, i.position"
+)
+
+# The expired holds' resumes with their receipts, set-based.
+SET_RESUMES = (
+    "UPDATE holds_invocation AS x SET resume = v.resume FROM unnest(%s::text[], %s::text[]) AS v(id, resume)"
+    " WHERE x.id = v.id"
+)
+
+
 # --- delivery -----------------------------------------------------------------------------------
 
 # A worker claims a due invocation (or one whose lease ran out) with a lease, or parks it when its

@@ -1,0 +1,153 @@
+"""Decision receipts: every resume carries a compact JWS (Ed25519) that proves what was decided, on which
+exact data, by whom and when, to anyone holding the public keys at /.well-known/jwks.json (SPEC "Round 3":
+Decision receipts; docs/receipts.md shows how to verify one by hand).
+
+The private keys live in the database, each encrypted with a key derived from SECRET_KEY; the newest is
+current. A process keeps the current key for CURRENT_KEY_SECONDS, so a rotation reaches every process
+within that time; receipts signed with an older key keep verifying because its public half stays published.
+"""
+
+import base64
+import hashlib
+import time
+from datetime import datetime
+from typing import Any
+
+from cryptography.fernet import Fernet
+from cryptography.hazmat.primitives import hashes
+from cryptography.hazmat.primitives.kdf.hkdf import HKDF
+from django.conf import settings
+from django.db import connection, transaction
+from joserfc import jws
+from joserfc.jwk import OKPKey
+
+from ..models import ReceiptKey
+from ..schemas import canonical_json
+
+ALG = "Ed25519"
+TYP = "rq-receipt+jws"
+CURRENT_KEY_SECONDS = 60.0
+# pg_advisory_xact_lock's key for creating a key: two first uses at once create one key, not two.
+_KEY_LOCK = 0x7271_7263  # "rqrc"
+
+_current: tuple[OKPKey, float] | None = None
+
+
+def sha256(value: Any) -> str:
+    """The hex SHA-256 of a value's canonical JSON (UTF-8), as a receipt states it for asked and decided data."""
+    return hashlib.sha256(canonical_json(value).encode()).hexdigest()
+
+
+def receipt_item(item_id: str, action: str | None, asked: Any, decided: Any, decided_by: dict | None = None) -> dict:
+    """One item of a receipt: its action and the hashes of the data asked and decided (null: nothing decided)."""
+    item = {
+        "id": item_id,
+        "action": action or None,
+        "asked_sha256": sha256(asked),
+        "decided_sha256": None if action in (None, "") else sha256(decided),
+    }
+    if decided_by:
+        item["decided_by"] = decided_by
+    return item
+
+
+def sign(
+    *,
+    hold_id: str,
+    run_id: str,
+    capability: str,
+    resolved_by: str,
+    decided_by: list[dict],
+    decided_at: datetime,
+    items: list[dict],
+) -> str:
+    """The compact JWS of one resume's receipt (items from receipt_item, in the hold's order)."""
+    claims = {
+        "iss": settings.RQ_PUBLIC_URL,
+        "hold_id": hold_id,
+        "run_id": run_id,
+        "capability": capability,
+        "resolved_by": resolved_by,
+        "decided_by": decided_by,
+        "decided_at": decided_at.isoformat(),
+        "iat": int(decided_at.timestamp()),
+        "items": items,
+    }
+    key = current_key()
+    header = {"alg": ALG, "kid": key.kid, "typ": TYP}
+    return jws.serialize_compact(header, canonical_json(claims).encode(), key, algorithms=[ALG])
+
+
+def decider(actor_kind: str, label: str) -> dict:
+    """Who decided, as a receipt names them: a person or service account by label, or the expiry."""
+    return {"type": actor_kind, "name": label}
+
+
+EXPIRED = {"type": "expired"}
+
+
+# --- keys ----------------------------------------------------------------------------------------
+
+
+def current_key() -> OKPKey:
+    """The newest key, created on first use; cached in this process for CURRENT_KEY_SECONDS."""
+    global _current
+    if _current is not None and time.monotonic() - _current[1] < CURRENT_KEY_SECONDS:
+        return _current[0]
+    row = ReceiptKey.objects.first()
+    if row is None:
+        row = _create(only_if_none=True)
+    key = _private(row)
+    _current = (key, time.monotonic())
+    return key
+
+
+def rotate() -> ReceiptKey:
+    """Adds a new current key; the old ones stay published so their receipts still verify."""
+    row = _create(only_if_none=False)
+    forget_current_key()
+    return row
+
+
+def forget_current_key() -> None:
+    """The next receipt reads the current key from the database again."""
+    global _current
+    _current = None
+
+
+def jwks() -> dict:
+    """The public keys, newest first, as a JSON Web Key Set."""
+    return {"keys": [row.public_jwk for row in ReceiptKey.objects.only("public_jwk")]}
+
+
+def _create(*, only_if_none: bool) -> ReceiptKey:
+    with transaction.atomic():
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_advisory_xact_lock(%s)", [_KEY_LOCK])
+        if only_if_none and (existing := ReceiptKey.objects.first()) is not None:
+            return existing
+        generated = OKPKey.generate_key("Ed25519")
+        kid = generated.thumbprint()
+        key = OKPKey.import_key({**generated.as_dict(private=True), "kid": kid, "use": "sig", "alg": ALG})
+        pem = key.as_pem(private=True)
+        return ReceiptKey.objects.create(
+            kid=kid,
+            public_jwk=key.as_dict(private=False),
+            private_encrypted=_fernet().encrypt(pem).decode(),
+        )
+
+
+def _private(row: ReceiptKey) -> OKPKey:
+    pem = _fernet().decrypt(row.private_encrypted.encode())
+    return OKPKey.import_key(pem, {"kid": row.kid, "use": "sig", "alg": ALG})
+
+
+def _fernet() -> Fernet:
+    derived = HKDF(algorithm=hashes.SHA256(), length=32, salt=None, info=b"review-queue receipt keys").derive(
+        settings.SECRET_KEY.encode()
+    )
+    return Fernet(base64.urlsafe_b64encode(derived))
+
+
+def key_count() -> int:
+    return ReceiptKey.objects.count()
