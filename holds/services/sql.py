@@ -189,7 +189,8 @@ def write_decision(invocation_columns: tuple[str, ...], event_columns: tuple[str
 # models.new_invocation_id makes them: `inv_`, 12 hex digits of milliseconds, 8 random bytes; the token
 # hash as auth.run_token_hash), their audit rows and the pending counts' -n per capability. `resumes` is
 # MATERIALIZED so that each row's random id is drawn once and read by both INSERTs. Pinned by
-# test_task_sweep (what it writes, row for row; fresh ids and token hashes).
+# test_task_sweep (what it writes, row for row; fresh ids and token hashes). The resumes' bodies are written
+# next, with their receipts, by holds/services/expiry.py in the same transaction (signing needs Python).
 EXPIRE_LOCKED = (
     f"""
 WITH expired AS (
@@ -209,7 +210,7 @@ WITH expired AS (
     SELECT invocation_id, run_id, {RESUME}, seq, status, """
     + RUN_TOKEN_HASH_SQL.format(id="invocation_id")
     + f""",
-           '{{"hold_id": "h_' || id || '", "resolved_by": "expired", "items": [], "comment": null}}',
+           NULL,
            id, 0, CASE WHEN status = {PENDING} THEN %(now)s END, '', %(now)s
     FROM resumes
 ), audit_rows AS (
