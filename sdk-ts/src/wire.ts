@@ -2049,6 +2049,11 @@ export interface components {
             items: components["schemas"]["ResumeItemOut"][];
             /** Comment */
             comment: string | null;
+            /**
+             * Receipt
+             * @description Decision receipt: a compact JWS (alg Ed25519) verifiable with /.well-known/jwks.json
+             */
+            receipt: string;
         };
         /** HoldOut */
         HoldOut: {
