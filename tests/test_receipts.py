@@ -181,3 +181,18 @@ def test_the_private_key_is_stored_encrypted(api, cap, member_key):
     decide(api, hold, BODY, member_key)
     row = ReceiptKey.objects.get()
     assert "PRIVATE" not in row.private_encrypted and "d" not in row.public_jwk
+
+
+def test_a_changed_secret_key_makes_a_new_key_and_old_receipts_still_verify(api, cap, member_key, client, settings):
+    from holds.services import receipts
+
+    _, first = factories.held_hold(cap)
+    old = decide(api, first, BODY, member_key).resume["receipt"]
+    settings.SECRET_KEY = "another-secret-key-" + "x" * 40
+    receipts.forget_current_key()
+    _, second = factories.held_hold(cap)
+    new = decide(api, second, BODY, member_key).resume["receipt"]
+    jwks = public_jwks(client)
+    assert len(jwks["keys"]) == 2
+    assert third_party_verify(old, jwks)["hold_id"] == first.public_id
+    assert third_party_verify(new, jwks)["hold_id"] == second.public_id

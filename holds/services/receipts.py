@@ -9,11 +9,12 @@ within that time; receipts signed with an older key keep verifying because its p
 
 import base64
 import hashlib
+import logging
 import time
 from datetime import datetime
 from typing import Any
 
-from cryptography.fernet import Fernet
+from cryptography.fernet import Fernet, InvalidToken
 from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 from django.conf import settings
@@ -31,6 +32,7 @@ CURRENT_KEY_SECONDS = 60.0
 _KEY_LOCK = 0x7271_7263  # "rqrc"
 
 _current: tuple[OKPKey, float] | None = None
+log = logging.getLogger(__name__)
 
 
 def sha256(value: Any) -> str:
@@ -97,7 +99,13 @@ def current_key() -> OKPKey:
     row = ReceiptKey.objects.first()
     if row is None:
         row = _create(only_if_none=True)
-    key = _private(row)
+    try:
+        key = _private(row)
+    except InvalidToken:
+        # SECRET_KEY changed since this key was stored: decisions must not fail for it. A new key signs
+        # from now on; the old public keys still verify the receipts they signed.
+        log.error("receipt key %s cannot be decrypted with this SECRET_KEY; a new key is made", row.kid)
+        key = _private(_create(only_if_none=False))
     _current = (key, time.monotonic())
     return key
 
