@@ -55,6 +55,7 @@ class AuditKind(models.TextChoices):
     DATASET_ITEM_DELETED = "dataset.item_deleted", "dataset item deleted"
     EXPERIMENT_STARTED = "experiment.started", "experiment started"
     EXPERIMENT_FINISHED = "experiment.finished", "experiment finished"
+    SLACK_REFUSED = "slack.refused", "Slack interaction refused"
 
 
 class OutcomeKind(StrEnum):

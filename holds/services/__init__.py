@@ -17,6 +17,15 @@ hand-written statement, ports what is handed out after commit.
 
 from .asks import hold_ask, hold_ask_by_token, hold_fingerprint
 from .audit import audit
+from .channels import (
+    push_gone,
+    push_subscribe,
+    push_unsubscribe,
+    slack_message_closed,
+    slack_message_posted,
+    slack_refused,
+    slack_request_seen,
+)
 from .claims import CLAIM_FOR, RENEW_EVERY, hold_claim, hold_claim_renew, hold_release
 from .decisions import asked_items, hold_decide
 from .delivery import (
@@ -59,6 +68,13 @@ from .team import (
 )
 
 __all__ = [
+    "push_gone",
+    "push_subscribe",
+    "push_unsubscribe",
+    "slack_message_closed",
+    "slack_message_posted",
+    "slack_refused",
+    "slack_request_seen",
     "CLAIM_FOR",
     "RENEW_EVERY",
     "DEFAULTS",
