@@ -642,6 +642,9 @@ class SlackMessage(models.Model):
     class Meta:
         indexes = [models.Index(fields=["created_at"], condition=Q(closed_at__isnull=True), name="slack_open")]
 
+    def __str__(self) -> str:
+        return f"{public_id(HOLD, self.hold_id)} in {self.channel}"
+
 
 class SlackRequest(models.Model):
     """One signed interaction request seen, by its signature: the same request sent again within the
@@ -650,6 +653,9 @@ class SlackRequest(models.Model):
     signature = models.CharField(max_length=100, unique=True)
     received_at = models.DateTimeField(auto_now_add=True)
 
+    def __str__(self) -> str:
+        return f"Slack request at {self.received_at}"
+
 
 class SlackLink(models.Model):
     """An explicit link from a Slack user to a person, set on the person's page by an admin; without
@@ -657,6 +663,9 @@ class SlackLink(models.Model):
 
     user = models.OneToOneField(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="slack_link")
     slack_user_id = models.CharField(max_length=40, unique=True)
+
+    def __str__(self) -> str:
+        return f"{self.user} = Slack {self.slack_user_id}"
 
 
 class PushSubscription(models.Model):
@@ -667,6 +676,9 @@ class PushSubscription(models.Model):
     p256dh = models.CharField(max_length=200)
     auth = models.CharField(max_length=100)
     created_at = models.DateTimeField(auto_now_add=True)
+
+    def __str__(self) -> str:
+        return f"{self.user}'s push subscription"
 
 
 # --- evals: datasets of recorded runs, experiments that replay them (SPEC "Evals") ---------------

@@ -176,6 +176,10 @@ def deliver(*, hold_id: int, kind: str, channel: str) -> str:
     if hold.status != Hold.Status.PENDING:
         return "not-pending"  # decided or expired already: nobody needs to hear about it
     notify = hold.capability.notify if isinstance(hold.capability.notify, dict) else {}
+    if (channel == Notification.Channel.SLACK and not slack.configured()) or (
+        channel == Notification.Channel.PUSH and not push.configured()
+    ):
+        return "off"  # not set up on this server: no row for every hold
     row = _claim(hold, kind, channel)
     if row is None:
         return "already-sent"
@@ -204,14 +208,14 @@ def deliver(*, hold_id: int, kind: str, channel: str) -> str:
             result = "posted"
         elif channel == Notification.Channel.SLACK:
             target = notify.get("slack")
-            if not target or not slack.configured():
-                return _done(row, "skipped: no Slack channel, or no Slack token")
+            if not target:
+                return _done(row, "skipped: the capability names no Slack channel")
             if kind != Notification.Kind.ASKED:
                 return _done(row, "skipped: the Slack message of the hold is updated in place, not repeated")
             result = slack.post(hold, target)
         else:
-            if not push.configured() or kind != Notification.Kind.ASKED or not notify.get("push", True):
-                return _done(row, "skipped: Web Push announces new holds only, and needs VAPID keys")
+            if kind != Notification.Kind.ASKED or not notify.get("push", True):
+                return _done(row, "skipped: Web Push announces new holds only, where the capability allows it")
             result = push.send(hold, deciders_of(hold))
     except Exception as exc:
         Notification.objects.filter(pk=row.pk).update(claimed_until=None, last_error=f"{exc}"[:500])

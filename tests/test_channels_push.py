@@ -179,12 +179,15 @@ def test_reminders_are_not_pushed_and_nothing_is_sent_without_keys(people, push_
     hold = leaky_hold(cap)
     assert notifications.deliver(hold_id=hold.pk, kind="reminder", channel="push").startswith("skipped")
     settings.RQ_VAPID_PRIVATE_KEY = ""
-    assert notifications.deliver(hold_id=hold.pk, kind="asked", channel="push").startswith("skipped")
+    assert notifications.deliver(hold_id=hold.pk, kind="asked", channel="push") == "off"
     assert push_service.received == []
 
 
 def test_a_person_subscribes_signed_in_with_csrf_and_only_for_themselves(people, vapid):
-    subscription = {"endpoint": "https://push.example.com/send/abc", "keys": {"p256dh": "BPk" + "a" * 84, "auth": "x" * 22}}
+    subscription = {
+        "endpoint": "https://push.example.com/send/abc",
+        "keys": {"p256dh": "BPk" + "a" * 84, "auth": "x" * 22},
+    }
     anonymous = Client()
     assert anonymous.post("/push/subscriptions", subscription, content_type="application/json").status_code == 302
     browser = Client(enforce_csrf_checks=True)

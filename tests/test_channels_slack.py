@@ -298,5 +298,7 @@ def test_a_hold_decided_anywhere_else_or_expired_loses_its_buttons_on_beats_pass
 
 def test_the_endpoint_is_off_without_a_signing_secret(client, settings):
     settings.RQ_SLACK_SIGNING_SECRET = ""
-    response = client.post("/slack/interactions", data="payload=%7B%7D", content_type="application/x-www-form-urlencoded")
+    response = client.post(
+        "/slack/interactions", data="payload=%7B%7D", content_type="application/x-www-form-urlencoded"
+    )
     assert response.status_code == 404
