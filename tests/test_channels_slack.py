@@ -302,3 +302,23 @@ def test_the_endpoint_is_off_without_a_signing_secret(client, settings):
         "/slack/interactions", data="payload=%7B%7D", content_type="application/x-www-form-urlencoded"
     )
     assert response.status_code == 404
+
+
+def test_an_admin_links_a_person_to_a_slack_user_on_the_team_page_and_it_is_audited(client, people, standin):
+    client.force_login(people["alice"])
+    url = f"/team/people/{people['mona'].pk}/slack"
+    assert client.post(url, {"slack_user_id": " u0mona2 "}).status_code == 303
+    assert SlackLink.objects.get(user=people["mona"]).slack_user_id == "U0MONA2"
+    page = client.get("/team").content.decode()
+    assert 'value="U0MONA2"' in page
+    event = AuditEvent.objects.filter(kind=AuditKind.PERSON_CHANGED).latest("pk")
+    assert event.data == {"username": "mona", "slack_before": "", "slack_after": "U0MONA2"}
+    taken = client.post(f"/team/people/{people['vic'].pk}/slack", {"slack_user_id": "U0MONA2"}, follow=True)
+    assert "linked to another person" in taken.content.decode()
+    bad = client.post(url, {"slack_user_id": "<script>"}, follow=True)
+    assert "a Slack member id" in bad.content.decode()
+    assert client.post(url, {"slack_user_id": ""}).status_code == 303
+    assert not SlackLink.objects.exists()
+    client.force_login(people["mona"])  # a member may not link anyone, themselves included
+    assert client.post(url, {"slack_user_id": "U0MONA2"}).status_code == 403
+    assert not SlackLink.objects.exists()

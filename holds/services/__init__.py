@@ -56,6 +56,7 @@ from .expiry import Expired, due_holds, holds_expire_batch, holds_expire_due
 from .extend import hold_extend
 from .runs import experiments_finish, run_fail, run_file_add, run_start, run_state_delete, run_state_put
 from .team import (
+    person_set_slack,
     DEFAULTS,
     capabilities_sync,
     capability_set_approvers,
@@ -68,6 +69,7 @@ from .team import (
 )
 
 __all__ = [
+    "person_set_slack",
     "push_gone",
     "push_subscribe",
     "push_unsubscribe",
