@@ -270,9 +270,10 @@
             body: JSON.stringify(sub.toJSON()),
           });
         }).then(function (r) {
-          button.textContent = r && r.ok ? "Push notifications on" : "Push notifications failed";
+          button.textContent = r && r.ok ? "Push on" : "Push failed";
+          button.setAttribute("aria-label", button.textContent);
           button.disabled = true;
-        }).catch(function () { button.textContent = "Push notifications blocked"; });
+        }).catch(function () { button.textContent = "Push blocked"; button.setAttribute("aria-label", "Push notifications blocked"); });
       });
     }).catch(function () {});
   });

@@ -56,13 +56,13 @@ from .expiry import Expired, due_holds, holds_expire_batch, holds_expire_due
 from .extend import hold_extend
 from .runs import experiments_finish, run_fail, run_file_add, run_start, run_state_delete, run_state_put
 from .team import (
-    person_set_slack,
     DEFAULTS,
     capabilities_sync,
     capability_set_approvers,
     person_add,
     person_set_active,
     person_set_role,
+    person_set_slack,
     service_account_create,
     service_account_revoke,
     service_account_set_role,
