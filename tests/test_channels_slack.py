@@ -146,9 +146,16 @@ def test_it_flags_hidden_characters_and_mixed_scripts_in_the_message(people, sta
     assert "hidden characters" in whole and "mixed scripts" in whole
 
 
-def test_approve_all_is_acknowledged_first_then_decided_once_as_the_mapped_person(client, people, standin, enqueued):
+def test_approve_all_is_acknowledged_first_then_decided_once_as_the_mapped_person(
+    client, people, standin, enqueued, django_assert_num_queries
+):
     hold = posted_hold()
-    response = press(client, hold, "UMONA")
+    calls = len(standin.calls)
+    # The answer within Slack's 3 s: no call to Slack, and only the replay guard's queries (savepoint,
+    # insert, release, prune).
+    with django_assert_num_queries(4):
+        response = press(client, hold, "UMONA")
+    assert len(standin.calls) == calls
     assert response.status_code == 200
     hold.refresh_from_db()
     assert hold.status == Hold.Status.PENDING  # acknowledged; the decision is the task's
