@@ -15,7 +15,7 @@ from django.conf import settings
 from django.db import models
 from django.db.models import Q
 
-from .ids import DATASET, DATASET_ITEM, EXPERIMENT, FILE, HOLD, RUN, public_id
+from .ids import DATASET, DATASET_ITEM, EXPERIMENT, FILE, GRANT, HOLD, RUN, public_id
 
 
 class ExactJSONField(models.TextField):
@@ -130,6 +130,11 @@ class AuditKind(models.TextChoices):
     DATASET_ITEM_DELETED = "dataset.item_deleted", "dataset item deleted"
     EXPERIMENT_STARTED = "experiment.started", "experiment started"
     EXPERIMENT_FINISHED = "experiment.finished", "experiment finished"
+    RULES_SAVED = "rules.saved", "rules saved"
+    GRANT_CREATED = "grant.created", "grant created"
+    GRANT_REVOKED = "grant.revoked", "grant revoked"
+    GRANT_USED = "grant.used", "grant used"
+    HOLD_DECIDED_BY_RULE = "hold.decided_by_rule", "items decided by rule"
 
 
 class Capability(models.Model):
@@ -158,6 +163,11 @@ class Capability(models.Model):
     # the others wait in the database instead of each holding a worker thread for the whole timeout.
     endpoint_stalled_at = models.DateTimeField(null=True, blank=True)
     endpoint_probe_until = models.DateTimeField(null=True, blank=True)
+    # The current RuleSet's version (0: no rules) and a counter bumped whenever a grant is created or
+    # revoked (0: never had one). The ask reads both with its hold's row, so that a capability without
+    # rules or grants costs the ask nothing, and a process's compiled rules are known to be current.
+    rules_version = models.PositiveIntegerField(default=0)
+    grants_version = models.PositiveIntegerField(default=0)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 
@@ -444,6 +454,11 @@ class Hold(models.Model):
                 condition=Q(status__in=["decided", "expired"]),
                 name="hold_history",
             ),
+            # The backtest (services/backtest.py): a capability's decided holds of the last 90 days, one
+            # range scan. Written once per hold, when it is decided.
+            models.Index(
+                fields=["capability", "decided_at"], condition=Q(status="decided"), name="hold_decided_by_capability"
+            ),
             # The ops page: the oldest pending hold of each capability, one index probe each.
             models.Index(fields=["capability", "created_at"], condition=Q(status="pending"), name="hold_pending_age"),
             # The sweep touches pending holds that expire, in expiry order.
@@ -483,6 +498,9 @@ class HoldItem(models.Model):
     action = models.CharField(max_length=10, choices=Action.choices, blank=True, default="")
     decided_data = ExactJSONField(null=True, blank=True)
     comment = models.TextField(null=True, blank=True)
+    # Who decided this item when it was not the hold's decider: {"type": "rule", "id", "version"} or
+    # {"type": "grant", "id": "grt_5"} (SPEC Round 3: the hold, history and receipt name the rule).
+    decided_by = models.JSONField(null=True, blank=True)
 
     class Meta:
         ordering = ["hold", "position"]
@@ -736,3 +754,58 @@ class Experiment(models.Model):
     @property
     def public_id(self) -> str:
         return public_id(EXPERIMENT, self.pk)
+
+
+class RuleSet(models.Model):
+    """One saved version of a capability's rules (SPEC Round 3 "Rules"): every save is a new row, and
+    Capability.rules_version names the current one. `rules`: [{id, when, then, comment?}] as checked
+    by holds/rules.py."""
+
+    capability = models.ForeignKey(Capability, on_delete=models.CASCADE, related_name="rule_sets")
+    version = models.PositiveIntegerField()
+    rules = models.JSONField(default=list)
+    saved_by = models.CharField(max_length=200)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["capability", "version"], name="rule_set_version_unique")]
+
+    def __str__(self) -> str:
+        return f"{self.capability_id} v{self.version}"
+
+
+class Grant(models.Model):
+    """A standing grant ("approve and remember"): `when` approves matching items of its capability until
+    it expires, is used up or is revoked. `uses` moves only in the conditional UPDATE of the ask that
+    uses it (services/rules.py), so `max_uses` holds under concurrent asks."""
+
+    capability = models.ForeignKey(Capability, on_delete=models.CASCADE, related_name="grants")
+    when = models.TextField()
+    comment = models.TextField(blank=True, default="")
+    created_by = models.CharField(max_length=200)
+    created_by_user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+", db_index=False
+    )
+    created_by_account = models.ForeignKey(
+        ServiceAccount, null=True, blank=True, on_delete=models.SET_NULL, related_name="+", db_index=False
+    )
+    # The decided item it was made from, if any (the hold page's "Approve and remember").
+    from_hold = models.ForeignKey(Hold, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    from_item_id = models.CharField(max_length=200, blank=True, default="")
+    expires_at = models.DateTimeField()
+    max_uses = models.PositiveIntegerField(null=True, blank=True)
+    uses = models.PositiveIntegerField(default=0)
+    last_used_at = models.DateTimeField(null=True, blank=True)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+    revoked_by = models.CharField(max_length=200, blank=True, default="")
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        indexes = [models.Index(fields=["capability", "-id"], name="grant_by_capability")]
+
+    def __str__(self) -> str:
+        return self.public_id
+
+    @property
+    def public_id(self) -> str:
+        return public_id(GRANT, self.pk)

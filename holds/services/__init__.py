@@ -46,6 +46,16 @@ from .evals import (
 )
 from .expiry import Expired, due_holds, holds_expire_batch, holds_expire_due
 from .extend import hold_extend
+from .rules import (
+    current_rule_set,
+    decided_by_label,
+    grant_create,
+    grant_revoke,
+    may_create_grant,
+    may_edit_rules,
+    may_revoke_grant,
+    rules_save,
+)
 from .runs import experiments_finish, run_fail, run_file_add, run_start, run_state_delete, run_state_put
 from .team import (
     DEFAULTS,
@@ -60,6 +70,14 @@ from .team import (
 )
 
 __all__ = [
+    "current_rule_set",
+    "decided_by_label",
+    "grant_create",
+    "grant_revoke",
+    "may_create_grant",
+    "may_edit_rules",
+    "may_revoke_grant",
+    "rules_save",
     "CLAIM_FOR",
     "RENEW_EVERY",
     "DEFAULTS",
