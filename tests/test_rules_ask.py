@@ -51,7 +51,8 @@ def test_every_item_decided_creates_the_hold_decided_and_resumes_it_once_the_age
     assert body["status"] == "decided"
     assert hold.status == "decided" and hold.decided_by == "rules" and hold.decided_by_user_id is None
     items = {i.item_id: i for i in HoldItem.objects.filter(hold=hold)}
-    assert items["INV-1"].action == "approve" and items["INV-1"].decided_by == {"type": "rule", "id": "small", "version": 1}
+    assert items["INV-1"].action == "approve"
+    assert items["INV-1"].decided_by == {"type": "rule", "id": "small", "version": 1}
     assert items["INV-2"].action == "reject" and items["INV-2"].comment == "too large for agents"
     resume = Invocation.objects.get(hold=hold, kind="resume")
     # Waiting for the asker's answer, as a person's decision would.
