@@ -2,7 +2,7 @@ from django.conf import settings
 from django.contrib import admin
 from django.urls import include, path
 
-from holds import api, login, openapi
+from holds import api, login, openapi, rules_api
 
 v0 = [
     path("holds", api.holds, name="api-holds"),
@@ -22,6 +22,11 @@ v0 = [
     path("datasets/<str:dataset_id>/items/<str:item_id>", api.dataset_item, name="api-dataset-item"),
     path("experiments", api.experiments_list, name="api-experiments"),
     path("experiments/<str:experiment_id>", api.experiment_detail, name="api-experiment"),
+    path("capabilities/<str:name>/rules", rules_api.capability_rules, name="api-capability-rules"),
+    path("capabilities/<str:name>/backtest", rules_api.capability_backtest, name="api-capability-backtest"),
+    path("capabilities/<str:name>/grants", rules_api.capability_grants, name="api-capability-grants"),
+    path("grants/<str:grant_id>", rules_api.grant_detail, name="api-grant"),
+    path("grants/<str:grant_id>/revoke", rules_api.grant_revoke, name="api-grant-revoke"),
     path("openapi.json", openapi.openapi_json, name="api-openapi"),
     path("docs", openapi.docs, name="api-docs"),
 ]

@@ -95,6 +95,10 @@ def grant_create(
     """A standing grant: `then: approve` for items matching `when`, until `expires_at` (≤ 90 days)."""
     if not may_create_grant(actor, capability):
         raise Forbidden(f"your role may not approve holds of {capability.name}, so it may not grant approvals")
+    if not capability.self_approval:
+        # Its author may not decide the holds of runs they started here; a grant cannot tell them apart
+        # at the ask without walking every run's ancestry, so it is refused rather than made wider.
+        raise Forbidden(f"{capability.name} forbids self-approval, so it takes no standing grants")
     if hold is not None and not may_decide(actor, hold):
         raise Forbidden("you may not decide this hold, so you may not grant approvals from it")
     errors = []
@@ -268,6 +272,18 @@ def decide_at_ask(hold: Hold, items: list[dict], *, versions: tuple[int, int], c
             _decide_some(hold, items, choices)
 
 
+# A grant is never wider than what its author may decide now: a person still active whose role is one
+# of the capability's approvers, or a service account not revoked whose role is. Tested in the UPDATE
+# that takes a use, so a role change applies from the next ask, whatever a process has cached.
+AUTHOR_STILL_APPROVES = (
+    "(EXISTS (SELECT 1 FROM auth_user u LEFT JOIN holds_membership m ON m.user_id = u.id"
+    " JOIN holds_capability c ON c.id = g.capability_id WHERE u.id = g.created_by_user_id AND u.is_active"
+    " AND c.approvers ? (CASE WHEN u.is_superuser THEN 'admin' ELSE COALESCE(m.role, 'viewer') END))"
+    " OR EXISTS (SELECT 1 FROM holds_serviceaccount a JOIN holds_capability c ON c.id = g.capability_id"
+    " WHERE a.id = g.created_by_account_id AND a.revoked_at IS NULL AND c.approvers ? a.role))"
+)
+
+
 def _take_grant_uses(choices: list, now) -> list:
     """Takes each used grant's uses (one per item) where it is still live and has them left; items of a
     grant that could not be taken go back to people."""
@@ -283,7 +299,8 @@ def _take_grant_uses(choices: list, now) -> list:
             "UPDATE holds_grant g SET uses = g.uses + w.n, last_used_at = %s"
             " FROM unnest(%s::bigint[], %s::int[]) AS w(id, n)"
             " WHERE g.id = w.id AND g.revoked_at IS NULL AND g.expires_at > STATEMENT_TIMESTAMP()"
-            " AND (g.max_uses IS NULL OR g.uses + w.n <= g.max_uses) RETURNING g.id",
+            " AND (g.max_uses IS NULL OR g.uses + w.n <= g.max_uses)"
+            f" AND {AUTHOR_STILL_APPROVES} RETURNING g.id",
             [now, list(wanted), list(wanted.values())],
         )
         taken = {public_id(GRANT, row[0]) for row in cursor.fetchall()}
