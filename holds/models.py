@@ -477,6 +477,15 @@ class Hold(models.Model):
         return public_id(HOLD, self.pk)
 
 
+def decider_label(decided_by: dict | None) -> str:
+    """`rule small v3`, `grant grt_5`: how pages, history and the audit log name a rule's or grant's decision."""
+    if not decided_by:
+        return ""
+    if decided_by.get("type") == "rule":
+        return f"rule {decided_by.get('id')} v{decided_by.get('version')}"
+    return f"grant {decided_by.get('id')}"
+
+
 class HoldItem(models.Model):
     Action = Action
 
@@ -511,6 +520,10 @@ class HoldItem(models.Model):
 
     def __str__(self) -> str:
         return f"{public_id(HOLD, self.hold_id)} {self.item_id}"
+
+    @property
+    def decided_by_label(self) -> str:
+        return decider_label(self.decided_by)
 
     def effective_actions(self, hold_actions: list[str]) -> list[str]:
         """SPEC: an item without its own `actions` takes the hold's."""
@@ -809,3 +822,7 @@ class Grant(models.Model):
     @property
     def public_id(self) -> str:
         return public_id(GRANT, self.pk)
+
+    @property
+    def from_hold_public_id(self) -> str | None:
+        return public_id(HOLD, self.from_hold_id) if self.from_hold_id else None

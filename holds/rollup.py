@@ -35,7 +35,7 @@ INF = math.inf
 TTD_BUCKETS = (60, 300, 900, 1800, 3600, 7200, 14400, 28800, 86400, 172800, 604800, INF)
 # Decision -> delivery of the resume (seconds).
 LATENCY_BUCKETS = (0.5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600, INF)
-TAIL_KINDS = ("hold.asked", "hold.decided", "hold.expired", "invocation.attempt")
+TAIL_KINDS = ("hold.asked", "hold.decided", "hold.expired", "invocation.attempt", "hold.decided_by_rule")
 ACTIONS = ("approve", "edit", "reject", "feedback")
 ATTEMPT_OUTCOMES = ("answered", "retry", "failed", "undeliverable", "parked")
 # The ops page counts at most this much of the unsealed audit log live. Beat keeps the unsealed part
@@ -106,11 +106,19 @@ def _tally(rows) -> dict[datetime, dict[tuple[str, str], float]]:
             counts["asked", ""] += 1
         elif kind == "hold.expired":
             counts["expired", ""] += 1
+        elif kind == "hold.decided_by_rule":
+            # Items a rule or grant decided at the ask, on a hold left pending for the rest.
+            counts["by_rule_items", ""] += len(data.get("actions") or {})
         elif kind == "hold.decided":
             counts["decided", ""] += 1
             for action in (data.get("actions") or {}).values():
                 counts["action", str(action)] += 1
-            if hold_created is not None:
+            by_rule = data.get("decided_by") or {}
+            if by_rule:
+                # Decided whole at the ask by rules or grants: no time to decision to speak of.
+                counts["by_rule_holds", ""] += 1
+                counts["by_rule_items", ""] += len(by_rule)
+            elif hold_created is not None:
                 seconds = max(0.0, (at - hold_created).total_seconds())
                 counts["ttd", bucket_of(TTD_BUCKETS, seconds)] += 1
                 counts["ttd_sum", ""] += seconds

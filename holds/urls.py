@@ -1,7 +1,17 @@
 from django.contrib.auth import views as auth_views
 from django.urls import path
 
-from . import calibration_views, confidence_views, eval_views, extend_views, login, presence_views, views
+from . import (
+    calibration_views,
+    confidence_views,
+    eval_views,
+    extend_views,
+    grant_views,
+    login,
+    presence_views,
+    rules_views,
+    views,
+)
 
 urlpatterns = [
     path("login/", login.login, name="login"),
@@ -15,6 +25,13 @@ urlpatterns = [
     path("holds/<str:hold_id>/presence", presence_views.hold_presence, name="hold-presence"),
     path("holds/<str:hold_id>/claim", presence_views.hold_claim, name="hold-claim"),
     path("holds/<str:hold_id>/by-confidence", confidence_views.by_confidence_preview, name="hold-by-confidence"),
+    path("holds/<str:hold_id>/grant", grant_views.grant_new, name="grant-new"),
+    path("capabilities/<str:name>/rules", rules_views.capability_rules, name="capability-rules"),
+    path(
+        "capabilities/<str:name>/grants/<str:grant_id>/revoke",
+        rules_views.grant_revoke,
+        name="capability-grant-revoke",
+    ),
     path("calibration", calibration_views.calibration_page, name="calibration"),
     path("calibration.csv", calibration_views.calibration_csv, name="calibration-csv"),
     path("files/<str:file_id>", views.file_download, name="file"),

@@ -220,6 +220,8 @@ def _hold_context(request, hold: Hold, actor: Actor, form: DecisionForm | None =
         "is_open": open_,
         "may_decide": decider,
         "can_decide": decider and open_,
+        # "Approve and remember…" (services.grant_create asks the same questions again).
+        "grantable": decider and hold.status == Hold.Status.DECIDED and hold.capability.self_approval,
         "overdue": hold.status == Hold.Status.PENDING and not open_,
         "actions": [(a, ACTION_LABELS[a]) for a in form.actions],
         "role": actor.role,

@@ -49,7 +49,11 @@ def test_every_item_decided_creates_the_hold_decided_and_resumes_it_once_the_age
     with_rules(cap, [HUGE, SMALL])
     run, invocation, hold, body = ask(api, cap, amounts(5, 20000))
     assert body["status"] == "decided"
-    assert hold.status == "decided" and hold.decided_by == "rules" and hold.decided_by_user_id is None
+    assert (
+        hold.status == "decided"
+        and hold.decided_by == "rule small v1, rule huge v1"
+        and hold.decided_by_user_id is None
+    )
     items = {i.item_id: i for i in HoldItem.objects.filter(hold=hold)}
     assert items["INV-1"].action == "approve"
     assert items["INV-1"].decided_by == {"type": "rule", "id": "small", "version": 1}
@@ -66,7 +70,11 @@ def test_every_item_decided_creates_the_hold_decided_and_resumes_it_once_the_age
     resume.refresh_from_db()
     assert resume.status == "pending"
     event = AuditEvent.objects.get(kind="hold.decided", hold_id_ref=hold.pk)
-    assert event.actor == "rules" and event.data["decided_by"]["INV-2"] == {"type": "rule", "id": "huge", "version": 1}
+    assert event.actor == "rule small v1, rule huge v1" and event.data["decided_by"]["INV-2"] == {
+        "type": "rule",
+        "id": "huge",
+        "version": 1,
+    }
 
 
 def test_first_match_wins_and_an_ask_rule_stops_the_list(api, cap):

@@ -47,8 +47,8 @@ from .evals import (
 from .expiry import Expired, due_holds, holds_expire_batch, holds_expire_due
 from .extend import hold_extend
 from .rules import (
+    MAX_GRANT_DAYS,
     current_rule_set,
-    decided_by_label,
     grant_create,
     grant_revoke,
     may_create_grant,
@@ -70,8 +70,8 @@ from .team import (
 )
 
 __all__ = [
+    "MAX_GRANT_DAYS",
     "current_rule_set",
-    "decided_by_label",
     "grant_create",
     "grant_revoke",
     "may_create_grant",

@@ -21,7 +21,18 @@ from django.utils import timezone
 from ..auth import Actor, approves, may_decide
 from ..errors import Forbidden, Invalid, NotFound
 from ..ids import GRANT, public_id
-from ..models import Action, AuditEvent, AuditKind, Capability, Grant, Hold, HoldItem, Invocation, RuleSet
+from ..models import (
+    Action,
+    AuditEvent,
+    AuditKind,
+    Capability,
+    Grant,
+    Hold,
+    HoldItem,
+    Invocation,
+    RuleSet,
+    decider_label,
+)
 from ..rules import Rule, check_rules, compile_when, item_context, matches, rules_from_json
 from . import ports
 from .audit import audit
@@ -209,15 +220,6 @@ def _compiled_for(capability_id: int, rules_version: int, grants_version: int) -
     return compiled
 
 
-def decided_by_label(decided_by: dict | None) -> str:
-    """`rule small v3`, `grant grt_5`: how the hold page, history and audit name an item's decider."""
-    if not decided_by:
-        return ""
-    if decided_by.get("type") == "rule":
-        return f"rule {decided_by['id']} v{decided_by['version']}"
-    return f"grant {decided_by['id']}"
-
-
 def _first_match(compiled: Compiled, context: dict, offers_approve: bool, now) -> tuple[str, dict | None, str | None]:
     """(action, decided_by, comment) for one item; action "" leaves it to people."""
     for rule in compiled.rules:
@@ -313,9 +315,11 @@ def _take_grant_uses(choices: list, now) -> list:
 
 
 def _decider(choices: list) -> str:
-    """The hold's decided_by for a whole decision: the one rule or grant, or `rules` when several."""
-    labels = {decided_by_label(decided_by) for _, decided_by, _ in choices if decided_by}
-    return labels.pop() if len(labels) == 1 else "rules"
+    """The hold's decided_by when rules or grants decided it: `rule small v3`, or each one that did,
+    in order of first use (`rule small v3, grant grt_5`), within the column's 200 characters."""
+    labels = list(dict.fromkeys(decider_label(decided_by) for _, decided_by, _ in choices if decided_by))
+    text = ", ".join(labels)
+    return text if len(text) <= 200 else text[:197] + "..."
 
 
 def _audit_grant_uses(hold: Hold, items: list[dict], choices: list) -> list[AuditEvent]:
