@@ -334,3 +334,37 @@ def test_revoking_mid_ask_applies_the_grant_whole_or_not_at_all(cap, member_key)
     for hold in holds:
         actions = set(HoldItem.objects.filter(hold_id=hold.pk).values_list("action", flat=True))
         assert actions == ({"approve"} if hold.status == "decided" else {""})
+
+
+def test_real_answers_match_the_openapi_document(api, client, cap, admin_key, member_key):
+    import jsonschema
+
+    doc = client.get("/v0/openapi.json").json()
+
+    def check(path, method, response):
+        schema = doc["paths"][path][method]["responses"][str(response.status_code)]["content"]["application/json"]
+        jsonschema.validate(response.json(), {"components": doc["components"], **schema["schema"]})
+
+    decided_by_person(api, cap, member_key, 60, "reject")
+    quorum = {"id": "q", "when": "false", "then": {"quorum": 2, "from": ["admin"]}}
+    reject = {"id": "no", "when": "item.data.amount > 9000", "then": "reject", "comment": "too much"}
+    rules = "/v0/capabilities/{name}/rules"
+    check(rules, "get", api.get(rules_url(cap), key=member_key))
+    check(rules, "put", api.put(rules_url(cap), {"rules": [quorum, reject, SMALL]}, key=admin_key))
+    check(rules, "put", api.put(rules_url(cap), {"rules": [{"id": "x"}]}, key=admin_key))  # 422
+    check(rules, "get", api.get(rules_url(cap), key=member_key))
+    backtest = f"/v0/capabilities/{cap.name}/backtest"
+    check("/v0/capabilities/{name}/backtest", "post", api.post(backtest, {"rules": [SMALL]}, key=member_key))
+    grants = f"/v0/capabilities/{cap.name}/grants"
+    created = api.post(grants, {"when": "item.data.amount == 7", "expires_at": in_days(2)}, key=member_key)
+    check("/v0/capabilities/{name}/grants", "post", created)
+    check("/v0/capabilities/{name}/grants", "get", api.get(grants, key=member_key))
+    grant_id = created.json()["grant_id"]
+    check("/v0/grants/{grant_id}", "get", api.get(f"/v0/grants/{grant_id}", key=member_key))
+    check("/v0/grants/{grant_id}/revoke", "post", api.post(f"/v0/grants/{grant_id}/revoke", key=member_key))
+    # A hold decided by the rules reads back with decided_by per item and a resume resolved by rule.
+    hold = ask(api, cap, 5, 9999)
+    created_hold = api.get(f"/v0/holds/{hold.public_id}", key=member_key)
+    check("/v0/holds/{hold_id}", "get", created_hold)
+    assert [i["decided_by"]["id"] for i in created_hold.json()["items"]] == ["small", "no"]
+    assert created_hold.json()["resume"]["resolved_by"] == "rule"
