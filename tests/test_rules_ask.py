@@ -160,3 +160,13 @@ def test_a_new_version_applies_to_the_next_ask(api, cap):
     _, _, second, _ = ask(api, cap, amounts(5))
     assert first.status == "decided" and second.status == "pending"
     assert HoldItem.objects.get(hold=first).decided_by == {"type": "rule", "id": "small", "version": 1}
+
+
+def test_the_python_sdk_reads_decided_by_from_the_resume_the_service_sent(api, cap):
+    from agentos.resume import Resume
+
+    with_rules(cap, [SMALL])
+    _, _, hold, _ = ask(api, cap, amounts(5))
+    resume = Resume.from_json(Invocation.objects.get(hold=hold, kind="resume").resume)
+    assert resume.resolved_by == "rule"
+    assert resume.item("INV-1").decided_by == {"type": "rule", "id": "small", "version": 1}

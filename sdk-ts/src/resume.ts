@@ -4,6 +4,13 @@ export type Action = "approve" | "edit" | "reject" | "feedback";
 
 export type JsonObject = { [key: string]: unknown };
 
+/** Which rule (with its version) or standing grant decided an item at the ask; null when a person did. */
+export interface DecidedBy {
+  type: "rule" | "grant";
+  id: string;
+  version?: number;
+}
+
 export interface DecidedItem {
   id: string;
   action: Action;
@@ -11,12 +18,21 @@ export interface DecidedItem {
   data: JsonObject;
   /** The item's comment; the reviewer's one comment is already copied onto edit, reject and feedback. */
   comment: string | null;
+  decidedBy: DecidedBy | null;
 }
 
 export type ResumePayload = {
   hold_id?: string;
   resolved_by?: string;
-  items?: { id: string; action: Action; data?: JsonObject | null; comment?: string | null }[] | null;
+  items?:
+    | {
+        id: string;
+        action: Action;
+        data?: JsonObject | null;
+        comment?: string | null;
+        decided_by?: DecidedBy | null;
+      }[]
+    | null;
   comment?: string | null;
 };
 
@@ -39,6 +55,7 @@ export class Resume {
       action: i.action,
       data: i.data ?? {},
       comment: i.comment || null,
+      decidedBy: i.decided_by ?? null,
     }));
     return new Resume(payload.hold_id ?? "", payload.resolved_by ?? "", items, payload.comment || null);
   }
