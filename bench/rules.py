@@ -103,6 +103,12 @@ def main():
         f" (would decide {result.decided:,}, decided otherwise {result.differ:,})",
         flush=True,
     )
+    grant_timings = []
+    for _ in range(3):
+        start = time.perf_counter()
+        grant = backtest(capability, grant_when="item.data.payee == 'Acme' && double(item.data.amount) < 500.0")
+        grant_timings.append(time.perf_counter() - start)
+    print(f"rules: backtest of one grant over {grant.items:,} items: {median(grant_timings):.2f} s", flush=True)
     save(
         "rules",
         [
@@ -117,6 +123,12 @@ def main():
                 "goal": "<= 2 s",
                 "measured": f"{median(timings):.2f} s",
                 "ok": median(timings) <= 2 and result.items >= 100_000,
+            },
+            {
+                "figure": f"backtest of one grant over {grant.items:,} recorded decisions",
+                "goal": "<= 2 s",
+                "measured": f"{median(grant_timings):.2f} s",
+                "ok": median(grant_timings) <= 2 and grant.items >= 100_000,
             },
         ],
     )

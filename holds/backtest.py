@@ -17,7 +17,7 @@ from django.utils import timezone
 
 from .ids import HOLD, public_id
 from .models import Action, Capability, HoldItem
-from .rules import Rule, item_context, matches
+from .rules import Rule, activation, compile_list, compile_when, first_true, item_context, uses_flags
 
 DAYS = 90
 MAX_ITEMS = 100_000
@@ -116,18 +116,21 @@ def _rows(capability: Capability, since, with_input: bool):
             )
 
 
-def backtest(capability: Capability, *, rules: list[Rule] = (), grant_when=None) -> Backtest:
-    """Replays `rules` (first match wins, as at the ask) or one grant's compiled `grant_when` (approve)."""
+def backtest(capability: Capability, *, rules: list[Rule] = (), grant_when: str | None = None) -> Backtest:
+    """Replays `rules` (first match wins, as at the ask) or one grant's `grant_when` (approve; a text
+    that compiles, as rules.compile_when checked)."""
     now = timezone.now()
     result = Backtest(since=now - timedelta(days=DAYS))
-    sources = [r.when for r in rules] if rules else ["grant"]
-    with_input = any(_NAMES_RUN.search(s) for s in sources) if rules else False
+    sources = [r.when for r in rules]
     candidates = [(r.id, r.expression, r.then, r.comment) for r in rules]
     if grant_when is not None:
-        candidates = [("grant", grant_when, Action.APPROVE.value, None)]
-        with_input = True
+        candidates, sources = [("grant", compile_when(grant_when), Action.APPROVE.value, None)], [grant_when]
+    with_input = any(_NAMES_RUN.search(s) for s in sources)
     for rule_id, *_ in candidates:
         result.by_rule[rule_id] = RuleOutcome()
+    expressions = [expression for _, expression, _, _ in candidates]
+    combined = compile_list(tuple(sources)) if rules else None
+    flags = uses_flags(sources)
     for hold_id, actions, item_id, title, data, confidence, person, run_input in _rows(
         capability, result.since, with_input
     ):
@@ -139,28 +142,28 @@ def backtest(capability: Capability, *, rules: list[Rule] = (), grant_when=None)
             confidence=confidence,
             run_input=run_input,
             capability=capability.name,
+            flags=flags,
         )
-        for rule_id, expression, then, _ in candidates:
-            matched, error = matches(expression, context)
-            outcome = result.by_rule[rule_id]
-            if error:
-                outcome.errors += 1
-                outcome.first_error = outcome.first_error or error
-            if not matched:
-                continue
-            would = then if then in (Action.APPROVE, Action.REJECT) else ""
-            if would == Action.APPROVE and Action.APPROVE not in actions:
-                would = ""  # never approves an item that does not offer approve: it would ask
-            if would:
-                outcome.decided += 1
-                result.decided += 1
-                if person != would:
-                    outcome.differ += 1
-                    result.differ += 1
-                    if len(result.differences) < MAX_LISTED:
-                        result.differences.append(
-                            Difference(public_id(HOLD, hold_id), item_id, title, person, would, rule_id)
-                        )
-            break
+        index, errors = first_true(expressions, combined, activation(context))
+        for n, error in errors.items():
+            outcome = result.by_rule[candidates[n][0]]
+            outcome.errors += 1
+            outcome.first_error = outcome.first_error or error
+        if index is None:
+            continue
+        rule_id, _, then, _ = candidates[index]
+        would = then if then in (Action.APPROVE, Action.REJECT) else ""
+        if would == Action.APPROVE and Action.APPROVE not in actions:
+            would = ""  # never approves an item that does not offer approve: it would ask
+        if not would:
+            continue
+        outcome = result.by_rule[rule_id]
+        outcome.decided += 1
+        result.decided += 1
+        if person != would:
+            outcome.differ += 1
+            result.differ += 1
+            if len(result.differences) < MAX_LISTED:
+                result.differences.append(Difference(public_id(HOLD, hold_id), item_id, title, person, would, rule_id))
     result.capped = result.items >= MAX_ITEMS
     return result

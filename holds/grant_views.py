@@ -114,7 +114,7 @@ def grant_new(request, hold_id: str):
         else:
             max_uses = int(context["max_uses"])
     if expression is not None:
-        context["result"] = backtest(capability, grant_when=expression)
+        context["result"] = backtest(capability, grant_when=context["when"])
     if errors or "save" not in post:
         context["errors"] = errors
         return render(request, "holds/grant_new.html", context, status=422 if errors else 200)

@@ -98,7 +98,8 @@ def capability_backtest(request, name: str):
     capability = capability_by_name(name)
     body = read_json(request, MAX_RULES_BYTES)
     if isinstance(body, dict) and "when" in body and "rules" not in body:
-        return JsonResponse(backtest(capability, grant_when=_compiled(body.get("when"))).as_json())
+        _compiled(body.get("when"))
+        return JsonResponse(backtest(capability, grant_when=body["when"]).as_json())
     return JsonResponse(backtest(capability, rules=_checked_rules(body)).as_json())
 
 
@@ -126,7 +127,10 @@ def capability_grants(request, name: str):
     expires_at = _time(body.get("expires_at"))
     hold, item_id = _source(body, capability)
     when = body.get("when")
-    result = backtest(capability, grant_when=_compiled(when)) if isinstance(when, str) else None
+    result = None
+    if isinstance(when, str):
+        _compiled(when)  # 422 with the position before anything is read
+        result = backtest(capability, grant_when=when)
     grant = services.grant_create(
         capability=capability,
         when=when,

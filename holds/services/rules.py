@@ -33,7 +33,17 @@ from ..models import (
     RuleSet,
     decider_label,
 )
-from ..rules import Rule, check_rules, compile_when, item_context, matches, rules_from_json
+from ..rules import (
+    Rule,
+    activation,
+    check_rules,
+    compile_list,
+    compile_when,
+    first_true,
+    item_context,
+    rules_from_json,
+    uses_flags,
+)
 from . import ports
 from .audit import audit
 from .decisions import write_decision
@@ -187,12 +197,15 @@ def grant_revoke(*, grant_id: int, actor: Actor) -> Grant:
 @dataclass(frozen=True)
 class Compiled:
     """What one process keeps per capability: the rules of `rules_version` and the grants as of
-    `grants_version`, compiled once."""
+    `grants_version`, compiled once, each list also as one expression (rules.compile_list)."""
 
     rules_version: int
     grants_version: int
     rules: list[Rule]
     grants: list[tuple[int, object, object]]  # (pk, expression, expires_at)
+    rules_list: object = None
+    grants_list: object = None
+    flags: bool = True  # whether any expression reads item.flags
 
 
 _compiled: dict[int, Compiled] = {}
@@ -209,12 +222,22 @@ def _compiled_for(capability_id: int, rules_version: int, grants_version: int) -
             "rules", flat=True
         )
         rules = rules_from_json(stored.first() or [])
-    grants = []
+    grants, grant_sources = [], []
     if grants_version:
         live = Grant.objects.filter(capability_id=capability_id, revoked_at__isnull=True, expires_at__gt=timezone.now())
         for pk, when, expires_at in live.order_by("id").values_list("pk", "when", "expires_at"):
             grants.append((pk, compile_when(when), expires_at))
-    compiled = Compiled(rules_version, grants_version, rules, grants)
+            grant_sources.append(when)
+    rule_sources = [rule.when for rule in rules]
+    compiled = Compiled(
+        rules_version,
+        grants_version,
+        rules,
+        grants,
+        compile_list(tuple(rule_sources)),
+        compile_list(tuple(grant_sources)),
+        uses_flags(rule_sources + grant_sources),
+    )
     with _lock:
         _compiled[capability_id] = compiled
     return compiled
@@ -222,10 +245,10 @@ def _compiled_for(capability_id: int, rules_version: int, grants_version: int) -
 
 def _first_match(compiled: Compiled, context: dict, offers_approve: bool, now) -> tuple[str, dict | None, str | None]:
     """(action, decided_by, comment) for one item; action "" leaves it to people."""
-    for rule in compiled.rules:
-        matched, _ = matches(rule.expression, context)
-        if not matched:
-            continue
+    bound = activation(context)
+    index, _ = first_true([rule.expression for rule in compiled.rules], compiled.rules_list, bound)
+    if index is not None:
+        rule = compiled.rules[index]
         if rule.then == Action.APPROVE and offers_approve:
             return Action.APPROVE, {"type": "rule", "id": rule.id, "version": compiled.rules_version}, None
         if rule.then == Action.REJECT:
@@ -233,9 +256,13 @@ def _first_match(compiled: Compiled, context: dict, offers_approve: bool, now) -
         # ask, a quorum (not built yet: it asks), or approve on an item that does not offer approve.
         return "", None, None
     if offers_approve:
-        for pk, expression, expires_at in compiled.grants:
-            if expires_at > now and matches(expression, context)[0]:
-                return Action.APPROVE, {"type": "grant", "id": public_id(GRANT, pk)}, None
+        # A grant past its end in this process's copy is skipped here; the UPDATE that takes its use
+        # checks the end again by the database's clock.
+        live = [(pk, expression) for pk, expression, expires_at in compiled.grants if expires_at > now]
+        combined = compiled.grants_list if len(live) == len(compiled.grants) else None
+        index, _ = first_true([expression for _, expression in live], combined, bound)
+        if index is not None:
+            return Action.APPROVE, {"type": "grant", "id": public_id(GRANT, live[index][0])}, None
     return "", None, None
 
 
@@ -260,6 +287,7 @@ def decide_at_ask(hold: Hold, items: list[dict], *, versions: tuple[int, int], c
             confidence=item["confidence"],
             run_input=run_input,
             capability=capability_name,
+            flags=compiled.flags,
         )
         choices.append(_first_match(compiled, context, offers, now))
     if not any(action for action, _, _ in choices):
