@@ -49,11 +49,8 @@ def test_a_grant_from_a_hold_is_backtested_and_decides_the_next_matching_hold(pe
     assert violations(page) == [], "grant form with its backtest"
     for name, size in SIZES.items():
         page.set_viewport_size(size)
-        wide = page.evaluate(
-            "[...document.querySelectorAll('main *')].filter(e => e.getBoundingClientRect().right > innerWidth + 1)"
-            ".map(e => e.tagName + '.' + e.className).slice(0, 5)"
-        )
-        assert wide == [], wide
+        # Nothing of the form or its backtest pushes the page sideways (tables scroll in their box).
+        assert page.evaluate("document.querySelector('main').scrollWidth <= innerWidth"), name
         screenshot(page, f"grant-backtest-{name}")
     page.set_viewport_size(SIZES["wide"])
     page.get_by_label("At most this many uses").fill("5")
