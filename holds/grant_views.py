@@ -15,8 +15,8 @@ from django.utils import timezone
 from django.utils.dateparse import parse_date
 from django.views.decorators.http import require_http_methods
 
-from . import queries, services
-from .auth import actor_for_user, may_decide, may_view
+from . import policy, queries, services
+from .auth import actor_for_user
 from .backtest import backtest
 from .errors import Forbidden, Invalid
 from .ids import HOLD, parse_public_id
@@ -58,18 +58,16 @@ def _hold_and_item(hold_id: str, item_id: str) -> tuple[Hold, HoldItem]:
 @login_required
 def grant_new(request, hold_id: str):
     actor = actor_for_user(request.user)
-    if not may_view(actor):
-        raise PermissionDenied("your account has no role")
+    refusal = policy.may_read(actor)
+    if refusal is not None:
+        raise PermissionDenied(refusal.message)
     item_id = request.GET.get("item") or request.POST.get("item") or ""
     hold, item = _hold_and_item(hold_id, item_id)
     capability = hold.capability
-    refusal = None
-    if not may_decide(actor, hold) or not services.may_create_grant(actor, capability):
-        refusal = "Only someone who may decide this hold may grant approvals from it."
-    elif hold.status != Hold.Status.DECIDED or item.action not in (Action.APPROVE, Action.EDIT):
+    denied = policy.may_create_grant(actor, capability, hold)
+    refusal = denied.message if denied is not None else None
+    if refusal is None and (hold.status != Hold.Status.DECIDED or item.action not in (Action.APPROVE, Action.EDIT)):
         refusal = "Standing grants are made from an item a person approved."
-    elif not capability.self_approval:
-        refusal = f"{capability.name} forbids self-approval, so it takes no standing grants."
     today = timezone.localdate()
     context = {
         "hold": hold,

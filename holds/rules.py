@@ -14,9 +14,8 @@ from dataclasses import dataclass, field
 
 from cel_expr_python import cel
 
-from .markup import is_hidden
+from .markup import is_hidden, mixed_scripts
 from .models import Action, Role
-from .rendering import mixed_scripts
 
 # Bounds on save (SPEC: bounded cost). The parser's own recursion limit (32) is the backstop.
 MAX_WHEN_LENGTH = 2000
@@ -300,18 +299,29 @@ def item_flags(item_id: str, title: str, data) -> list[str]:
 
 
 def item_context(
-    *, item_id: str, title: str, data, confidence: dict | None, run_input, capability: str, flags: bool = True
+    *,
+    item_id: str,
+    title: str,
+    data,
+    confidence: dict | None,
+    run_input,
+    capability: str,
+    flags: bool = True,
+    lowest: float | None = None,
 ) -> dict:
     """The variables of one evaluation (SPEC: item.data, item.confidence as its lowest value or null,
-    item.flags, item.title, run.input, capability). `flags=False` when no expression reads them
-    (`uses_flags`): an empty list then, without scanning the item's text."""
-    values = [v for v in (confidence or {}).values() if isinstance(v, (int, float))]
+    item.flags, item.title, run.input, capability). `lowest`: that value when the caller has it (and
+    no `confidence`). `flags=False` when no expression reads them (`uses_flags`): an empty list then,
+    without scanning the item's text."""
+    if confidence is not None:
+        values = [v for v in confidence.values() if isinstance(v, (int, float)) and not isinstance(v, bool)]
+        lowest = min(values) if values else None
     return {
         "item": {
             "id": item_id,
             "title": title,
             "data": data,
-            "confidence": min(values) if values else None,
+            "confidence": lowest,
             "flags": item_flags(item_id, title, data) if flags else [],
         },
         "run": {"input": run_input if run_input is not None else {}},

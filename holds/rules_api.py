@@ -10,11 +10,11 @@ from datetime import datetime
 from django.http import JsonResponse
 from django.utils.dateparse import parse_datetime
 
-from . import services
+from . import policy, services
 from .api import caller, endpoint, read_json
-from .auth import Actor, may_view
+from .auth import Actor
 from .backtest import backtest
-from .errors import Forbidden, Invalid, NotFound
+from .errors import Invalid, NotFound
 from .ids import GRANT, HOLD, parse_public_id, public_id
 from .models import Grant, Hold, HoldItem, RuleSet
 from .rules import WhenError, check_rules, compile_when
@@ -25,8 +25,7 @@ MAX_RULES_BYTES = 256 * 1024
 
 def reader(request) -> Actor:
     actor = caller(request)
-    if not may_view(actor):
-        raise Forbidden("a run token may not read rules or grants")
+    policy.require(policy.may_read(actor))
     return actor
 
 
@@ -83,8 +82,7 @@ def capability_rules(request, name: str):
     if request.method == "GET":
         return JsonResponse(rule_set_wire(capability, services.current_rule_set(capability)))
     body = read_json(request, MAX_RULES_BYTES)
-    if not services.may_edit_rules(actor):
-        raise Forbidden("only an admin may change a capability's rules")
+    policy.require(policy.may_edit_rules(actor))
     rules = _checked_rules(body)
     result = backtest(capability, rules=rules)
     rule_set = services.rules_save(capability=capability, rules=body["rules"], actor=actor)

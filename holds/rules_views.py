@@ -11,8 +11,8 @@ from django.shortcuts import render
 from django.urls import reverse
 from django.views.decorators.http import require_http_methods, require_POST
 
-from . import services
-from .auth import Actor, actor_for_user, may_view
+from . import policy, services
+from .auth import Actor, actor_for_user
 from .backtest import backtest
 from .errors import Forbidden, Invalid, NotFound
 from .ids import GRANT, parse_public_id
@@ -33,8 +33,9 @@ EXAMPLE = """- id: small-and-sure
 
 def _reader(request) -> Actor:
     actor = actor_for_user(request.user)
-    if not may_view(actor):
-        raise PermissionDenied("your account has no role")
+    refusal = policy.may_read(actor)
+    if refusal is not None:
+        raise PermissionDenied(refusal.message)
     return actor
 
 
@@ -64,8 +65,8 @@ def _context(actor: Actor, capability: Capability, **extra) -> dict:
         "grants": grants,
         "text": _as_yaml(current.rules) if current else "",
         "example": EXAMPLE,
-        "may_edit": services.may_edit_rules(actor),
-        "may_revoke": services.may_revoke_grant(actor, capability),
+        "may_edit": policy.may_edit_rules(actor) is None,
+        "may_revoke": policy.may_revoke_grant(actor, capability) is None,
         "problems": [],
         "result": None,
         "nav": "ops",

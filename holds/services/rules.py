@@ -18,8 +18,9 @@ from django.db import connection, transaction
 from django.db.models import F
 from django.utils import timezone
 
-from ..auth import Actor, approves, may_decide
-from ..errors import Forbidden, Invalid, NotFound
+from .. import policy
+from ..auth import Actor
+from ..errors import Invalid, NotFound
 from ..ids import GRANT, public_id
 from ..models import (
     Action,
@@ -53,11 +54,6 @@ MAX_GRANT_DAYS = 90
 # --- saving -------------------------------------------------------------------------------------
 
 
-def may_edit_rules(actor: Actor) -> bool:
-    """Rules decide for everyone: admins only (people and service accounts)."""
-    return actor.kind in ("user", "account") and actor.is_admin
-
-
 def capability_by_name(name: str) -> Capability:
     capability = Capability.objects.filter(name=name).first()
     if capability is None:
@@ -68,8 +64,7 @@ def capability_by_name(name: str) -> Capability:
 def rules_save(*, capability: Capability, rules, actor: Actor) -> RuleSet:
     """A new version of the capability's rules, checked and compiled first (422 with each problem's
     rule, key and position), audited. An unchanged list is still a new version: a save is a save."""
-    if actor.kind != "system" and not may_edit_rules(actor):
-        raise Forbidden("only an admin may change a capability's rules")
+    policy.require(policy.may_edit_rules(actor))
     checked, problems = check_rules(rules)
     if problems:
         raise Invalid([p.as_json() for p in problems], "the rules were not saved: " + "; ".join(map(str, problems)))
@@ -93,15 +88,6 @@ def current_rule_set(capability: Capability) -> RuleSet | None:
 # --- grants -------------------------------------------------------------------------------------
 
 
-def may_create_grant(actor: Actor, capability: Capability) -> bool:
-    """A grant approves in its author's stead, so only someone who may approve this capability's holds."""
-    return approves(actor, capability)
-
-
-def may_revoke_grant(actor: Actor, capability: Capability) -> bool:
-    return actor.kind in ("user", "account") and (actor.is_admin or approves(actor, capability))
-
-
 def grant_create(
     *,
     capability: Capability,
@@ -114,14 +100,7 @@ def grant_create(
     item_id="",
 ) -> Grant:
     """A standing grant: `then: approve` for items matching `when`, until `expires_at` (≤ 90 days)."""
-    if not may_create_grant(actor, capability):
-        raise Forbidden(f"your role may not approve holds of {capability.name}, so it may not grant approvals")
-    if not capability.self_approval:
-        # Its author may not decide the holds of runs they started here; a grant cannot tell them apart
-        # at the ask without walking every run's ancestry, so it is refused rather than made wider.
-        raise Forbidden(f"{capability.name} forbids self-approval, so it takes no standing grants")
-    if hold is not None and not may_decide(actor, hold):
-        raise Forbidden("you may not decide this hold, so you may not grant approvals from it")
+    policy.require(policy.may_create_grant(actor, capability, hold))
     errors = []
     try:
         compile_when(when if isinstance(when, str) else "")
@@ -178,8 +157,7 @@ def grant_revoke(*, grant_id: int, actor: Actor) -> Grant:
     grant = Grant.objects.select_related("capability").filter(pk=grant_id).first()
     if grant is None:
         raise NotFound(f"grant {public_id(GRANT, grant_id)} does not exist")
-    if not may_revoke_grant(actor, grant.capability):
-        raise Forbidden("only an approver of this capability or an admin may revoke its grants")
+    policy.require(policy.may_revoke_grant(actor, grant.capability))
     with transaction.atomic():
         updated = Grant.objects.filter(pk=grant.pk, revoked_at__isnull=True).update(
             revoked_at=timezone.now(), revoked_by=actor.label
