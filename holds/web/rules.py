@@ -11,14 +11,14 @@ from django.shortcuts import render
 from django.urls import reverse
 from django.views.decorators.http import require_http_methods, require_POST
 
-from . import policy, services
-from .auth import Actor, actor_for_user
-from .backtest import backtest
-from .errors import Forbidden, Invalid, NotFound
-from .ids import GRANT, parse_public_id
-from .models import Capability, Grant, RuleSet
-from .responses import see_other
-from .rules import check_rules
+from .. import policy, services
+from ..auth import Actor, actor_for_user
+from ..backtest import backtest
+from ..errors import Forbidden, Invalid, NotFound
+from ..ids import GRANT, parse_public_id
+from ..models import Capability, Grant, RuleSet
+from ..responses import see_other
+from ..rules import check_rules
 
 MAX_RULES_TEXT = 256 * 1024
 EXAMPLE = """- id: small-and-sure

@@ -15,14 +15,14 @@ from django.utils import timezone
 from django.utils.dateparse import parse_date
 from django.views.decorators.http import require_http_methods
 
-from . import policy, queries, services
-from .auth import actor_for_user
-from .backtest import backtest
-from .errors import Forbidden, Invalid
-from .ids import HOLD, parse_public_id
-from .models import Action, Hold, HoldItem
-from .responses import see_other
-from .rules import MAX_WHEN_LENGTH, WhenError, compile_when
+from .. import policy, queries, services
+from ..auth import actor_for_user
+from ..backtest import backtest
+from ..errors import Forbidden, Invalid
+from ..ids import HOLD, parse_public_id
+from ..models import Action, Hold, HoldItem
+from ..responses import see_other
+from ..rules import MAX_WHEN_LENGTH, WhenError, compile_when
 
 DEFAULT_DAYS = 30
 _IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")

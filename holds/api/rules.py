@@ -10,15 +10,15 @@ from datetime import datetime
 from django.http import JsonResponse
 from django.utils.dateparse import parse_datetime
 
-from . import policy, services
-from .api import caller, endpoint, read_json
-from .auth import Actor
-from .backtest import backtest
-from .errors import Invalid, NotFound
-from .ids import GRANT, HOLD, parse_public_id, public_id
-from .models import Grant, Hold, HoldItem, RuleSet
-from .rules import WhenError, check_rules, compile_when
-from .services.rules import capability_by_name
+from .. import policy, services
+from ..auth import Actor
+from ..backtest import backtest
+from ..errors import Invalid, NotFound
+from ..ids import GRANT, HOLD, parse_public_id, public_id
+from ..models import Grant, Hold, HoldItem, RuleSet
+from ..rules import WhenError, check_rules, compile_when
+from ..services.rules import capability_by_name
+from .common import caller, endpoint, read_json
 
 MAX_RULES_BYTES = 256 * 1024
 
