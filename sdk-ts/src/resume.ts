@@ -1,15 +1,16 @@
 /** The decision a resume invocation carries. */
 
-export type Action = "approve" | "edit" | "reject" | "feedback";
+import type { components } from "./wire.js";
+
+type Wire = components["schemas"];
+
+/** The service's decisions (generated from its OpenAPI document, src/wire.ts). */
+export type Action = Wire["DecisionItemIn"]["action"];
 
 export type JsonObject = { [key: string]: unknown };
 
 /** Which rule (with its version) or standing grant decided an item at the ask; null when a person did. */
-export interface DecidedBy {
-  type: "rule" | "grant";
-  id: string;
-  version?: number;
-}
+export type DecidedBy = Wire["DecidedByOut"];
 
 export interface DecidedItem {
   id: string;
@@ -21,19 +22,16 @@ export interface DecidedItem {
   decidedBy: DecidedBy | null;
 }
 
-export type ResumePayload = {
-  hold_id?: string;
-  resolved_by?: string;
+/** The service's ResumeOut (src/wire.ts), read leniently: a recorded or hand-made resume may leave fields out. */
+export type ResumePayload = Partial<Omit<Wire["ResumeOut"], "items" | "resolved_by">> & {
+  resolved_by?: Wire["ResumeOut"]["resolved_by"] | string;
   items?:
-    | {
-        id: string;
-        action: Action;
+    | (Pick<Wire["ResumeItemOut"], "id" | "action"> & {
         data?: JsonObject | null;
         comment?: string | null;
         decided_by?: DecidedBy | null;
-      }[]
+      })[]
     | null;
-  comment?: string | null;
 };
 
 export class Resume {
