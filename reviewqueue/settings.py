@@ -112,6 +112,11 @@ RQ_VAPID_PRIVATE_KEY = env_str("RQ_VAPID_PRIVATE_KEY", "")
 RQ_VAPID_PUBLIC_KEY = env_str("RQ_VAPID_PUBLIC_KEY", "")
 RQ_VAPID_SUBJECT = env_str("RQ_VAPID_SUBJECT", "mailto:ops@example.com")
 RQ_REMIND_INTERVAL = env_int("RQ_REMIND_INTERVAL", 60)
+# MCP (/mcp, served by the ASGI process; README "MCP"): the capability whose holds request_approval asks,
+# how long such a hold waits for a person (seconds), and the waiter's poll behind a transaction pooler.
+RQ_MCP_CAPABILITY = env_str("RQ_MCP_CAPABILITY", "mcp")
+RQ_MCP_EXPIRES_IN = env_int("RQ_MCP_EXPIRES_IN", 3600)
+RQ_MCP_POLL_INTERVAL = float(env_int("RQ_MCP_POLL_INTERVAL", 2))
 
 INSTALLED_APPS = [
     "django.contrib.admin",
