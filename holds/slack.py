@@ -190,7 +190,10 @@ def decide(*, slack_user: str, channel: str, action: str, hold_ref: str) -> str:
         return "refused"
     message = SlackMessage.objects.filter(hold_id=hold.pk, closed_at__isnull=True).first()
     if message is not None:
-        close(message)
+        try:
+            close(message)
+        except Exception as exc:  # decided all the same: beat's close_due pass updates it later
+            log.warning("could not update the Slack message of hold %s: %s", hold.public_id, exc)
     return "decided"
 
 
