@@ -13,6 +13,7 @@ from slack_sdk.signature import SignatureVerifier
 
 from holds import notifications, notify_tasks, services, slack
 from holds.auth import actor_for_user
+from holds.config import ConfigError, load_capabilities
 from holds.models import AuditEvent, AuditKind, Hold, Invocation, SlackLink, SlackMessage
 from tests import factories
 from tests.slack_standin import SlackStandIn
@@ -329,3 +330,20 @@ def test_an_admin_links_a_person_to_a_slack_user_on_the_team_page_and_it_is_audi
     client.force_login(people["mona"])  # a member may not link anyone, themselves included
     assert client.post(url, {"slack_user_id": "U0MONA2"}).status_code == 403
     assert not SlackLink.objects.exists()
+
+
+def test_agentos_yaml_names_a_slack_channel_by_id(tmp_path):
+    def load(notify: str):
+        path = tmp_path / "agentos.yaml"
+        path.write_text(f"capabilities:\n  pay:\n    endpoint: http://127.0.0.1:9/\n    notify: {notify}\n")
+        return load_capabilities(path)
+
+    assert load("{slack: C0123456789, push: false}")[0].values["notify"] == {"slack": "C0123456789", "push": False}
+    for bad, says in (
+        ('{slack: "#general"}', "a Slack channel id"),
+        ("{slack: C0123, push: sometimes}", "true or false"),
+        ("{teams: x}", "a mapping with"),
+    ):
+        with pytest.raises(ConfigError) as refused:
+            load(bad)
+        assert says in str(refused.value.problems), bad
