@@ -51,8 +51,9 @@ def deliver_many(invocation_ids: list[str]) -> int:
 
 @shared_task(ignore_result=True)
 def relay_due() -> int:
-    """Publishes every due outbox row again: whatever the broker lost is found here."""
-    ids = services.invocations_due()
+    """Publishes due outbox rows again: whatever the broker lost is found here. A row it published is
+    published again only once its lease (RQ_RELAY_LEASE) has run out without a claim."""
+    ids = services.invocations_relay()
     publish(ids)
     return len(ids)
 

@@ -30,6 +30,7 @@ from .delivery import (
     invocation_record,
     invocation_retry,
     invocations_due,
+    invocations_relay,
 )
 from .evals import (
     dataset_create,
@@ -100,6 +101,7 @@ __all__ = [
     "invocation_record",
     "invocation_retry",
     "invocations_due",
+    "invocations_relay",
     "may_read_evals",
     "person_add",
     "person_set_active",

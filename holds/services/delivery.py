@@ -428,8 +428,17 @@ def capability_enable(*, capability_id: int, actor: Actor) -> Capability:
 
 
 def invocations_due(*, limit: int = 500) -> list[str]:
-    """The relay's query: outbox rows due now, and claims whose lease ran out (a dead worker)."""
+    """Outbox rows due now, and claims whose lease ran out (a dead worker)."""
     return list(due_invocations().values_list("pk", flat=True)[:limit])
+
+
+def invocations_relay(*, limit: int = 500) -> list[str]:
+    """The relay takes due rows to publish (sql.RELAY_DUE): as invocations_due, less the rows it
+    published within RQ_RELAY_LEASE, which it leases again for that long."""
+    now = timezone.now()
+    params = {"now": now, "until": now + timedelta(seconds=settings.RQ_RELAY_LEASE), "limit": limit}
+    (due,) = prepared.send([(sql.RELAY_DUE, params)])
+    return [invocation_id for (invocation_id,) in due]
 
 
 def due_invocations():

@@ -278,6 +278,26 @@ SELECT id, status FROM holds_hold WHERE invocation_id = %(id)s
 ORDER BY id DESC LIMIT 1 FOR UPDATE
 """
 
+# The relay takes due rows to publish: outbox rows due now that no relay published within its lease, and
+# claims whose lease ran out (a dead worker). A pending row it takes is leased (lease_until, read by the
+# relay alone: the claim of a pending row looks at next_attempt_at), so its message, still queued behind
+# a backlog, is not joined by another on every tick; a lapsed claim is published as it is and its next
+# claim renews the lease. SKIP LOCKED: two relays take different rows. Pinned by test_task_deliver
+# (1,000 due rows, two ticks, 1,000 messages) and test_two_hosts (two relays at once).
+RELAY_DUE = f"""
+WITH due AS (
+    SELECT id FROM holds_invocation
+    WHERE (status = {PENDING} AND next_attempt_at <= %(now)s AND (lease_until IS NULL OR lease_until < %(now)s))
+       OR (status = {DELIVERING} AND lease_until < %(now)s)
+    ORDER BY next_attempt_at LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+), leased AS (
+    UPDATE holds_invocation AS i SET lease_until = %(until)s
+    FROM due WHERE i.id = due.id AND i.status = {PENDING}
+)
+SELECT id FROM due
+"""
+
 # One delivery attempt and its audit event, which always go together. Pinned by test_task_deliver
 # (attempt rows and the audit log).
 WRITE_ATTEMPT = f"""
