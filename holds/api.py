@@ -21,7 +21,6 @@ from .auth import (
     actor_for_invocation,
     actor_for_user,
     approves,
-    invocation_for_token,
     may_see_file,
     may_view,
     token_invocation_id,
@@ -79,7 +78,7 @@ def caller(request) -> Actor:
     """The caller from its token, key or session; never from the body."""
     token = request.headers.get("x-agentos-run-token")
     if token is not None:
-        invocation = invocation_for_token(token)
+        invocation = services.invocation_for_token(token)
         if invocation is None:
             raise Unauthorized(UNKNOWN_TOKEN)
         return actor_for_invocation(invocation)

@@ -171,7 +171,7 @@ if DATABASES["default"]["ENGINE"] != "django.db.backends.postgresql":
         f"DATABASE_URL must be a PostgreSQL URL (postgres://...), got {DATABASE_URL.split(':')[0]}://"
     )
 # Behind a transaction pooler (PgBouncer, pool_mode = transaction) each transaction may run in another server
-# session, so nothing may rely on one: holds/prepared.py sends plain text, psycopg prepares nothing, no
+# session, so nothing may rely on one: holds/services/gateway.py sends plain text, psycopg prepares nothing, no
 # server-side cursors, and the embedded broker polls instead of LISTENing (README, "Production").
 RQ_TRANSACTION_POOLER = env_bool("RQ_TRANSACTION_POOLER", False)
 if RQ_TRANSACTION_POOLER:

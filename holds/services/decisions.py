@@ -1,16 +1,14 @@
 """Decisions: a person or service account decides a hold, once; the resume goes with it."""
 
-from django.db import connection
 from django.utils import timezone
 
-from .. import rows
 from ..auth import Actor, may_decide, run_token_hash
 from ..errors import Conflict, Forbidden, Invalid, NotFound
 from ..ids import HOLD, public_id
 from ..models import Action, AuditEvent, AuditKind, Hold, HoldItem, Invocation
 from ..schemas import Asked, blank_to_none, validate_decision
-from . import ports, sql
-from .transactions import insert_values, one_round_trip
+from . import gateway, ports, sql
+from .gateway import insert_values, one_round_trip
 
 
 def hold_refusal(hold: Hold) -> Conflict:
@@ -52,13 +50,11 @@ def decide_refusal(actor: Actor, hold: Hold, fingerprint: str | None = None) -> 
 
 def _hold_to_decide(hold_id: int) -> tuple[Hold | None, list[HoldItem]]:
     statement, columns = sql.DECIDE.parts()
-    with connection.cursor() as cursor:
-        cursor.execute(statement, [hold_id])
-        found = cursor.fetchall()
+    found = gateway.fetch(statement, [hold_id])
     if not found:
         return None, []
     *head, item_columns = columns
-    hold, hold.capability, hold.run = rows.build(head, found[0])
+    hold, hold.capability, hold.run = gateway.build(head, found[0])
     at = sum(len(part.fields) for part in head)  # where each row's item columns start
     return hold, [item_columns.build(row[at:]) for row in found if row[at] is not None]
 

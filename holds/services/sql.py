@@ -1,7 +1,7 @@
 """Every hand-written statement of the write path, in one place.
 
 Each is written by hand because it is hot: one round trip where the ORM needs several, and prepared
-once per connection (holds/prepared.py). Statuses and kinds are rendered from the models' enums as
+once per connection (services/gateway.py). Statuses and kinds are rendered from the models' enums as
 literals, not bound as parameters: a prepared statement's generic plan can use a partial index
 (`WHERE status = 'pending'`) only when the literal is in its text (docs/decisions.md, "One database").
 Each statement's comment says what it does and names the test that pins it.
@@ -9,9 +9,9 @@ Each statement's comment says what it does and names the test that pins it.
 
 import functools
 
-from .. import rows
-from ..auth import LIVE_TOKEN_SQL, RUN_TOKEN_HASH_SQL
+from ..auth import TOKEN_PREFIX
 from ..models import AuditKind, Capability, Hold, HoldItem, Invocation, Run
+from . import gateway
 
 
 def lit(value: str) -> str:
@@ -28,6 +28,55 @@ PARKED = lit(Invocation.Status.PARKED)
 CANCELLED_INVOCATION = lit(Invocation.Status.CANCELLED)
 RESUME = lit(Invocation.Kind.RESUME)
 LIVE_INVOCATION = f"({DELIVERING}, {PENDING})"  # an invocation being delivered or due: its agent may answer
+
+
+# /healthz: the database answers.
+PING = "SELECT 1"
+
+# The transaction this starts commits without waiting for the disk (the claim: a claim lost in a crash
+# only means a second send with the same webhook-id, which delivery is built for).
+COMMIT_WITHOUT_WAITING = "SET LOCAL synchronous_commit TO OFF"
+
+
+# --- run tokens ---------------------------------------------------------------------------------
+
+# When the run token of invocation `i` (of run `r`) is live: from the invocation's first delivery
+# until it answers or is given up, never while the run is held or finished, nor once a later
+# invocation has superseded it. One predicate for the token lookup and for the ask, which checks its
+# token inside its own INSERT statement (services.hold_ask_by_token). Both select it as a column
+# of the row found by primary key, never as a WHERE condition: there the planner would walk the
+# partial index of live invocations (the outbox's) looking for the id, which grows with the backlog.
+LIVE_TOKEN = (
+    f"i.status IN ({DELIVERING}, {PENDING}) AND i.attempts > 0"
+    f" AND r.status = {lit(Run.Status.RUNNING)} AND i.seq = r.seq"
+)
+
+
+def _token() -> tuple:
+    columns = (gateway.Columns(Invocation, "i"), gateway.Columns(Run, "r"), gateway.Columns(Capability, "c"))
+    statement = (
+        f"SELECT {', '.join(c.select() for c in columns)}, ({LIVE_TOKEN}) AS live"
+        f" FROM {Invocation._meta.db_table} i JOIN {Run._meta.db_table} r ON r.id = i.run_id"
+        f" JOIN {Capability._meta.db_table} c ON c.id = r.capability_id WHERE i.id = %s"
+    )
+    return statement, columns
+
+
+# An invocation, its run and capability by the id a run token names, and whether the token is live (the
+# last column): every agent request starts with this lookup. Pinned by test_security_tokens and
+# performance/test_explain (by primary key).
+TOKEN = gateway.Query(_token)
+
+# auth.run_token_hash(id) in PostgreSQL's own functions, for writes that create many invocations in one
+# statement (the sweep): HMAC-SHA256 spelt out as sha256(key^opad || sha256(key^ipad || id)), with
+# the two padded keys passed as parameters (auth.run_token_sql_params), then the token's base64url and
+# its sha256. The key is 32 bytes, shorter than SHA-256's 64-byte block, so it is zero-padded as HMAC
+# does. Pinned by test_task_sweep (against run_token_hash).
+RUN_TOKEN_HASH = (
+    "encode(sha256(convert_to('" + TOKEN_PREFIX + "' || {id} || '.' || rtrim(translate(encode("
+    "sha256(%(token_opad)s || sha256(%(token_ipad)s || convert_to({id}, 'UTF8'))), "
+    "'base64'), '+/', '-_'), '='), 'UTF8')), 'hex')"
+)
 
 
 # --- runs ---------------------------------------------------------------------------------------
@@ -98,7 +147,7 @@ def ask(hold_columns: tuple[str, ...], event_columns: tuple[str, ...], *, by_tok
     if by_token:
         source = (
             # An eval run never asks (services.eval_ask_refusal answers it when this writes nothing).
-            f"SELECT i.run_id, r.capability_id, ({LIVE_TOKEN_SQL} AND r.experiment_id IS NULL) AS live"
+            f"SELECT i.run_id, r.capability_id, ({LIVE_TOKEN} AND r.experiment_id IS NULL) AS live"
             " FROM holds_invocation i"
             " JOIN holds_run r ON r.id = i.run_id WHERE i.id = %s AND i.token_hash = %s"
         )
@@ -129,10 +178,10 @@ def ask(hold_columns: tuple[str, ...], event_columns: tuple[str, ...], *, by_tok
 
 def _decide() -> tuple:
     columns = (
-        rows.Columns(Hold, "h"),
-        rows.Columns(Capability, "c"),
-        rows.Columns(Run, "r"),
-        rows.Columns(HoldItem, "i"),
+        gateway.Columns(Hold, "h"),
+        gateway.Columns(Capability, "c"),
+        gateway.Columns(Run, "r"),
+        gateway.Columns(HoldItem, "i"),
     )
     statement = (
         f"SELECT {', '.join(c.select() for c in columns)} FROM holds_hold h"
@@ -144,7 +193,7 @@ def _decide() -> tuple:
 
 # The hold a decision starts from, with its capability, run and items, one row per item: one round trip
 # where the ORM needs two. Pinned by performance/test_round_trips (a decision's queries).
-DECIDE = rows.Query(_decide)
+DECIDE = gateway.Query(_decide)
 
 # The conditional UPDATE that takes a hold for one decision: pending, and not expired by the database's
 # clock. A concurrent decision or sweep waits on its row lock and then updates nothing. Pinned by
@@ -206,7 +255,7 @@ WITH expired AS (
     INSERT INTO holds_invocation (id, run_id, kind, seq, status, token_hash, resume, hold_id, attempts,
                                   next_attempt_at, last_error, created_at)
     SELECT invocation_id, run_id, {RESUME}, seq, status, """
-    + RUN_TOKEN_HASH_SQL.format(id="invocation_id")
+    + RUN_TOKEN_HASH.format(id="invocation_id")
     + f""",
            '{{"hold_id": "h_' || id || '", "resolved_by": "expired", "items": [], "comment": null}}',
            id, 0, CASE WHEN status = {PENDING} THEN %(now)s END, '', %(now)s
@@ -282,7 +331,7 @@ ORDER BY id DESC LIMIT 1 FOR UPDATE
 # claims whose lease ran out (a dead worker). A pending row it takes is leased (lease_until, read by the
 # relay alone: the claim of a pending row looks at next_attempt_at), so its message, still queued behind
 # a backlog, is not joined by another on every tick; a lapsed claim is published as it is and its next
-# claim renews the lease. SKIP LOCKED: two relays take different rows. Pinned by test_task_deliver
+# claim renews the lease. SKIP LOCKED: two relays take different gateway. Pinned by test_task_deliver
 # (1,000 due rows, two ticks, 1,000 messages) and test_two_hosts (two relays at once).
 RELAY_DUE = f"""
 WITH due AS (

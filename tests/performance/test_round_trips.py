@@ -11,7 +11,7 @@ from holds import delivery, services
 from holds.auth import actor_for_account
 from holds.errors import Conflict
 from holds.models import AuditEvent, DeliveryAttempt, Invocation, PendingCount, Run
-from holds.services.transactions import one_round_trip
+from holds.services.gateway import one_round_trip
 from tests import factories
 
 pytestmark = pytest.mark.django_db
