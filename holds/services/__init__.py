@@ -32,6 +32,7 @@ from .delivery import (
     invocation_retry,
     invocations_due,
     invocations_relay,
+    invocations_relay_release,
 )
 from .evals import (
     dataset_create,
@@ -105,6 +106,7 @@ __all__ = [
     "invocation_for_token",
     "invocations_due",
     "invocations_relay",
+    "invocations_relay_release",
     "may_read_evals",
     "person_add",
     "person_set_active",

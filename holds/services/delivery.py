@@ -439,6 +439,11 @@ def invocations_relay(*, limit: int = 500) -> list[str]:
     return [invocation_id for (invocation_id,) in due]
 
 
+def invocations_relay_release(*, invocation_ids: list[str]) -> None:
+    """The relay could not publish these: they are due to it again at once (sql.RELAY_RELEASE)."""
+    gateway.send([(sql.RELAY_RELEASE, {"ids": invocation_ids})])
+
+
 def due_invocations():
     """Outbox rows due now, and claims whose lease ran out (the partial index invocation_outbox_due)."""
     now = timezone.now()

@@ -347,6 +347,10 @@ WITH due AS (
 SELECT id FROM due
 """
 
+# The relay's lease given back on rows the broker refused (still pending: no worker claimed them).
+# Pinned by test_task_deliver (the relay finds what publishing lost).
+RELAY_RELEASE = f"UPDATE holds_invocation SET lease_until = NULL WHERE id = ANY(%(ids)s) AND status = {PENDING}"
+
 # One delivery attempt and its audit event, which always go together. Pinned by test_task_deliver
 # (attempt rows and the audit log).
 WRITE_ATTEMPT = f"""
