@@ -149,7 +149,7 @@ def count_round_trips(monkeypatch):
             """1 when psycopg is about to send a BEGIN of its own ahead of the next query (once: a
             query can run inside another's execute wrapper, before the BEGIN has gone out)."""
             idle = connection.connection.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
-            if idle and not connection.get_autocommit() and not begun:
+            if idle and not connection.connection.autocommit and not begun:
                 begun.append(True)
                 return 1
             return 0

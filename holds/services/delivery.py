@@ -117,8 +117,8 @@ def invocation_record(*, invocation_id: str, attempt: int, outcome: Outcome) -> 
     Only the worker holding the claim for this attempt may record it; a stale worker (whose lease
     ran out and whose row was handed to another) records nothing.
     """
-    # The writes after the locks travel together, with the COMMIT (gateway.deferred).
-    with transaction.atomic(), gateway.deferred():
+    # The BEGIN travels with the locks, the writes after them together with the COMMIT.
+    with gateway.transaction():
         locked = _lock_claimed(invocation_id=invocation_id, attempt=attempt)
         if locked is None:
             return _record_closed(invocation_id=invocation_id, attempt=attempt, outcome=outcome)

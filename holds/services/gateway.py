@@ -34,10 +34,11 @@ import re
 import threading
 import uuid
 import weakref
-from contextlib import contextmanager, nullcontext, suppress
+from contextlib import contextmanager
 
 from django.conf import settings
-from django.db import connection, transaction
+from django.db import connection
+from django.db import transaction as django_transaction
 from psycopg.pq import ExecStatus
 
 _TUPLES_OK = ExecStatus.TUPLES_OK
@@ -153,12 +154,21 @@ def send(statements: list[tuple[str, object]]) -> list[list[tuple]]:
     return [results[at] for at in runs]
 
 
+# The writes kept by the innermost `transaction` (None outside one), and whether the outermost one's
+# BEGIN is still to be sent (with the next text that goes out).
 _local = threading.local()
 
 
+def _sent_with_begin(statements: list[tuple[str, object]]) -> list[list[tuple]]:
+    if not getattr(_local, "begin", False):
+        return send(statements)
+    _local.begin = False
+    return send([("BEGIN", None), *statements])[1:]
+
+
 def write(*statements: tuple[str, object]) -> None:
-    """Sends statements whose rows nobody reads: at once in one round trip, or, inside `deferred`,
-    with whatever else that block writes, at its end."""
+    """Sends statements whose rows nobody reads: at once in one round trip, or, inside `transaction`,
+    with whatever else that block writes, at its end (with its COMMIT)."""
     kept = getattr(_local, "kept", None)
     if kept is None:
         send(list(statements))
@@ -166,37 +176,72 @@ def write(*statements: tuple[str, object]) -> None:
         kept.extend(statements)
 
 
-@contextmanager
-def deferred():
-    """Keeps what `write` is given in this block and sends it all in one round trip as the block
-    ends, with the COMMIT when the block is the last thing in the outermost atomic block (then
-    Django's own commit finds nothing left to do and only runs the on-commit hooks). Any other
-    query in the block first sends what was kept, so statements still run in the order they were
-    written. Nothing kept is sent if the block raises: the atomic block rolls back."""
-    kept = []
+def read(statements: list[tuple[str, object]]) -> list[list[tuple]]:
+    """Inside `transaction`: sends what was kept, then these statements, in one round trip (with the
+    transaction's BEGIN when nothing has gone out yet), and returns their rows."""
+    kept = getattr(_local, "kept", None) or []
+    batch = [*kept, *statements]
+    kept.clear()
+    return _sent_with_begin(batch)[len(batch) - len(statements) :]
 
-    def send_kept():
-        batch = kept[:]
-        kept.clear()
-        send(batch)
+
+@contextmanager
+def transaction(*, savepoint: bool = True):
+    """THE way to write in a transaction: its BEGIN travels with the first text sent in it (`read`, or
+    whatever query comes first), and its COMMIT with the writes kept until its end (`write`).
+
+    It is Django's atomic block (on-commit hooks wait for the commit, an exception rolls it back, the ORM
+    may run in it), with one difference: with Django's autocommit off, psycopg would send a BEGIN of its
+    own, a round trip by itself, before the first statement. With autocommit back on in the driver
+    alone, psycopg sends none, and the block's first text starts with BEGIN instead. At the end the kept
+    writes and the COMMIT go out in one text; Django's commit then finds the transaction closed and only
+    runs the on-commit hooks, and on an exception its rollback sends ROLLBACK whenever PostgreSQL has a
+    transaction open. Any other query in the block first sends what was kept (and the BEGIN), so
+    statements run in the order they were written; nothing kept is sent if the block raises. Inside a
+    caller's transaction it joins it, through a savepoint unless the caller would roll back anyway on a
+    failure (docs/decisions.md, "BEGIN and COMMIT travel in the statement text").
+    """
+    nested = connection.in_atomic_block
+    outer, kept = getattr(_local, "kept", None), []
 
     def in_order(execute, sql, params, many, context):
-        if kept:
-            send_kept()
+        if kept or getattr(_local, "begin", False):
+            batch = kept[:]
+            kept.clear()
+            _sent_with_begin(batch)
         return execute(sql, params, many, context)
 
-    _local.kept = kept
-    try:
-        with connection.execute_wrapper(in_order):
-            yield
-            _local.kept = None
-            outermost = len(connection.atomic_blocks) == 1 and not connection.needs_rollback
-            if kept and outermost:
-                kept.append(("COMMIT", None))
-            if kept:
-                send_kept()
-    finally:
-        _local.kept = None
+    with django_transaction.atomic(savepoint=savepoint):
+        if not nested:
+            connection.connection.autocommit = True
+            _local.begin = True
+        _local.kept = kept
+        try:
+            with connection.execute_wrapper(in_order):
+                yield
+                _local.kept = outer
+                if kept and not nested and not connection.needs_rollback:
+                    kept.append(("COMMIT", None))
+                if kept:
+                    batch = kept[:]
+                    kept.clear()
+                    _sent_with_begin(batch)
+        finally:
+            _local.kept = outer
+            if not nested:
+                _local.begin = False
+
+
+def one_round_trip(statements: list[str], params, *, savepoint: bool = True) -> list[list[tuple]]:
+    """Runs `statements` as one transaction (`transaction`) in one round trip, BEGIN and COMMIT in the
+    same text when it is alone, and returns each one's rows ([] for a statement without any). Each
+    statement takes its own snapshot (READ COMMITTED): a later one sees what an earlier one waited for.
+    """
+    batch = [(statement, params if "%(" in statement else None) for statement in statements]
+    with transaction(savepoint=savepoint):
+        nested = len(connection.atomic_blocks) > 1
+        results = read(batch if nested else [*batch, ("COMMIT", None)])
+    return results if nested else results[:-1]
 
 
 def fetch(sql: str, params=None) -> list[tuple]:
@@ -205,32 +250,6 @@ def fetch(sql: str, params=None) -> list[tuple]:
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
         return cursor.fetchall() if cursor.description is not None else []
-
-
-# --- the transaction in one round trip -----------------------------------------------------------
-
-
-def one_round_trip(statements: list[str], params, *, savepoint: bool = True) -> list[list[tuple]]:
-    """Runs `statements` as one transaction in one round trip and returns each one's rows ([] for a
-    statement without any).
-
-    Alone, BEGIN and COMMIT travel in the same text (docs/decisions.md says why not Django's atomic).
-    Inside a caller's transaction the statements join it, through a savepoint unless the caller would
-    roll back anyway on a failure. Each statement takes its own snapshot (READ COMMITTED): a later one
-    sees what an earlier one waited for.
-    """
-    batch = [(statement, params if "%(" in statement else None) for statement in statements]
-    nested = connection.in_atomic_block
-    try:
-        with transaction.atomic(savepoint=savepoint) if nested else nullcontext():
-            results = send(batch if nested else [("BEGIN", None), *batch, ("COMMIT", None)])
-    except BaseException:
-        if not nested and connection.connection is not None:
-            # A failed statement leaves the spelled-out transaction open and aborted.
-            with suppress(Exception):
-                connection.connection.execute("ROLLBACK")
-        raise
-    return results if nested else results[1:-1]
 
 
 def insert_values(obj, skip=()) -> tuple[tuple[str, ...], list]:

@@ -60,39 +60,55 @@ def test_a_failed_round_trip_forgets_what_it_prepared_and_the_statement_works_ne
     assert PendingCount.objects.filter(delta=3).count() == 1
 
 
-def test_deferred_writes_travel_with_the_commit_and_other_queries_see_them_first(cap, count_round_trips):
+def test_kept_writes_travel_with_the_commit_and_other_queries_see_them_first(cap, count_round_trips):
     insert = "INSERT INTO holds_pendingcount (capability_id, delta) VALUES (%(cap)s, %(delta)s)"
     with count_round_trips() as sent:
-        with transaction.atomic(), gateway.deferred():
+        with gateway.transaction():
             gateway.write((insert, {"cap": cap.pk, "delta": 5}))
             # An ORM query in the block first sends what was kept: it sees the row.
             assert PendingCount.objects.filter(delta=5).count() == 1
             gateway.write((insert, {"cap": cap.pk, "delta": 6}), (insert, {"cap": cap.pk, "delta": 6}))
-    # BEGIN, the first write, the count, then both writes with the COMMIT: Django's commit had nothing left.
-    assert (sent.round_trips, sent.statements) == (4, 5), sent
+    # BEGIN with the first write, the count, then both writes with the COMMIT: psycopg sent no BEGIN of
+    # its own, and Django's commit had nothing left to send.
+    assert (sent.round_trips, sent.statements) == (3, 6), sent
     assert PendingCount.objects.filter(delta__in=(5, 6)).count() == 3
 
 
-def test_deferred_writes_are_not_sent_when_the_block_raises(cap):
+def test_kept_writes_are_not_sent_when_the_block_raises(cap):
     insert = "INSERT INTO holds_pendingcount (capability_id, delta) VALUES (%(cap)s, %(delta)s)"
-    with pytest.raises(RuntimeError), transaction.atomic(), gateway.deferred():
+    with pytest.raises(RuntimeError), gateway.transaction():
         PendingCount.objects.create(capability_id=cap.pk, delta=8)
         gateway.write((insert, {"cap": cap.pk, "delta": 9}))
         raise RuntimeError("the caller changed its mind")
     assert PendingCount.objects.filter(delta__in=(8, 9)).count() == 0
+    assert connection.connection.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
 
 
-def test_deferred_inside_an_outer_transaction_leaves_the_commit_to_it(cap):
+def test_a_transaction_whose_text_fails_rolls_back_and_runs_no_on_commit_hook(cap):
+    insert = "INSERT INTO holds_pendingcount (capability_id, delta) VALUES (%(cap)s, %(delta)s)"
+    hooks = []
+    with pytest.raises(DataError), gateway.transaction():
+        transaction.on_commit(lambda: hooks.append("ran"))
+        gateway.write((insert, {"cap": cap.pk, "delta": 7}), ("SELECT 1 / 0", None))
+    assert hooks == [] and PendingCount.objects.filter(delta=7).count() == 0
+    with gateway.transaction():  # the connection is usable, and the next hook waits for its commit
+        transaction.on_commit(lambda: hooks.append("ran"))
+        gateway.write((insert, {"cap": cap.pk, "delta": 7}))
+        assert hooks == []
+    assert hooks == ["ran"] and PendingCount.objects.filter(delta=7).count() == 1
+
+
+def test_a_transaction_inside_an_outer_one_leaves_the_commit_to_it(cap):
     insert = "INSERT INTO holds_pendingcount (capability_id, delta) VALUES (%(cap)s, %(delta)s)"
     with pytest.raises(RuntimeError), transaction.atomic():
-        with transaction.atomic(), gateway.deferred():
+        with gateway.transaction():
             gateway.write((insert, {"cap": cap.pk, "delta": 4}))
         assert connection.connection.info.transaction_status == psycopg.pq.TransactionStatus.INTRANS
         raise RuntimeError("the outer block rolls back")
     assert PendingCount.objects.filter(delta=4).count() == 0
 
 
-def test_a_write_outside_deferred_is_sent_at_once(cap):
+def test_a_write_outside_a_transaction_is_sent_at_once(cap):
     gateway.write(("INSERT INTO holds_pendingcount (capability_id, delta) VALUES (%s, %s)", [cap.pk, 2]))
     assert PendingCount.objects.filter(delta=2).count() == 1
 
