@@ -489,7 +489,18 @@ class RunFile(models.Model):
     size = models.PositiveBigIntegerField()
     sha256 = models.CharField(max_length=64)
     file = models.FileField(upload_to=run_file_path)
+    # The upload's Idempotency-Key ("" without one): a repeated upload gets the first file, not a second.
+    idempotency_key = models.CharField(max_length=200, blank=True, default="")
     created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["run", "idempotency_key"],
+                condition=~models.Q(idempotency_key=""),
+                name="run_file_idempotency_key_unique",
+            )
+        ]
 
     def __str__(self) -> str:
         return f"{self.public_id} {self.name}"

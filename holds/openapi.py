@@ -223,7 +223,14 @@ def document() -> dict:
                         "in": "header",
                         "required": True,
                         "schema": {"type": "string", "minLength": 1, "maxLength": 255},
-                    }
+                    },
+                    {
+                        "name": "Idempotency-Key",
+                        "in": "header",
+                        "required": False,
+                        "description": "a repeat with the same key and file returns the first file",
+                        "schema": {"type": "string", "maxLength": 200},
+                    },
                 ],
                 raw_body={
                     "required": True,

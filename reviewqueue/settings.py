@@ -105,6 +105,11 @@ RQ_WEBHOOK_TIMEOUT = float(env_int("RQ_WEBHOOK_TIMEOUT", 10))
 RQ_NOTIFY_RETRIES = env_int("RQ_NOTIFY_RETRIES", 6)
 RQ_NOTIFY_BACKOFF = env_int("RQ_NOTIFY_BACKOFF", 30)
 RQ_REMIND_INTERVAL = env_int("RQ_REMIND_INTERVAL", 60)
+# MCP (/mcp, served by the ASGI process; README "MCP"): the capability whose holds request_approval asks,
+# how long such a hold waits for a person (seconds), and the waiter's poll behind a transaction pooler.
+RQ_MCP_CAPABILITY = env_str("RQ_MCP_CAPABILITY", "mcp")
+RQ_MCP_EXPIRES_IN = env_int("RQ_MCP_EXPIRES_IN", 3600)
+RQ_MCP_POLL_INTERVAL = float(env_int("RQ_MCP_POLL_INTERVAL", 2))
 
 INSTALLED_APPS = [
     "django.contrib.admin",
@@ -130,7 +135,7 @@ MIDDLEWARE = [
     "django_htmx.middleware.HtmxMiddleware",
     "holds.middleware.ApiErrorMiddleware",
     "holds.logging.RequestIdMiddleware",
-    # Last, as django-axes asks: turns a lockout found during sign-in into holds.login.locked_out's page.
+    # Last, as django-axes asks: turns a lockout found during sign-in into holds.web.login.locked_out's page.
     "axes.middleware.AxesMiddleware",
 ]
 
@@ -318,7 +323,7 @@ AXES_FAILURE_LIMIT = env_int("RQ_LOGIN_FAILURE_LIMIT", 5)
 AXES_COOLOFF_TIME = env_int("RQ_LOGIN_COOLOFF_MINUTES", 15) / 60
 AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
 AXES_RESET_ON_SUCCESS = True
-AXES_LOCKOUT_CALLABLE = "holds.login.locked_out"
+AXES_LOCKOUT_CALLABLE = "holds.web.login.locked_out"
 AXES_CLIENT_IP_CALLABLE = "holds.ratelimit.client_ip"
 
 # JSON lines in production (one object per line, with request/run/hold/invocation ids where known);

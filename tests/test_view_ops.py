@@ -10,10 +10,11 @@ import pytest
 from django.utils import timezone
 
 from holds import logging as rq_logging
-from holds import ops_views, rollup, services
+from holds import rollup, services
 from holds.auth import actor_for_account
 from holds.models import AuditEvent, Capability, Hold, Invocation, OpsHour
 from holds.services import gateway
+from holds.web import ops as ops_views
 from tests import factories
 
 pytestmark = pytest.mark.django_db

@@ -1,6 +1,11 @@
 /** The decision a resume invocation carries. */
 
-export type Action = "approve" | "edit" | "reject" | "feedback";
+import type { components } from "./wire.js";
+
+type Wire = components["schemas"];
+
+/** The service's decisions (generated from its OpenAPI document, src/wire.ts). */
+export type Action = Wire["DecisionItemIn"]["action"];
 
 export type JsonObject = { [key: string]: unknown };
 
@@ -13,11 +18,10 @@ export interface DecidedItem {
   comment: string | null;
 }
 
-export type ResumePayload = {
-  hold_id?: string;
-  resolved_by?: string;
-  items?: { id: string; action: Action; data?: JsonObject | null; comment?: string | null }[] | null;
-  comment?: string | null;
+/** The service's ResumeOut (src/wire.ts), read leniently: a recorded or hand-made resume may leave fields out. */
+export type ResumePayload = Partial<Omit<Wire["ResumeOut"], "items" | "resolved_by">> & {
+  resolved_by?: Wire["ResumeOut"]["resolved_by"] | string;
+  items?: (Pick<Wire["ResumeItemOut"], "id" | "action"> & { data?: JsonObject | null; comment?: string | null })[] | null;
 };
 
 export class Resume {
