@@ -20,6 +20,9 @@ from .words import Action
 # The wire's action words are words.Action's; a Literal keeps the published schema a plain enum.
 ACTIONS = tuple(Action.values)
 ActionWord = Literal[ACTIONS]
+# What a rule or grant may decide by itself (a rule's `then` also takes ask and a quorum).
+DecisiveAction = Literal[Action.APPROVE.value, Action.REJECT.value]
+RuleThen = Literal[Action.APPROVE.value, Action.REJECT.value, "ask"]
 
 
 NonEmpty = Annotated[str, StringConstraints(min_length=1)]
@@ -687,7 +690,7 @@ class QuorumThen(BaseModel):
 class RuleIn(BaseModel):
     id: str = Field(pattern=r"^[A-Za-z0-9_.-]{1,100}$")
     when: str = Field(min_length=1, max_length=2000, description="CEL over item, run and capability")
-    then: Literal["approve", "reject", "ask"] | QuorumThen = "ask"
+    then: RuleThen | QuorumThen = "ask"
     comment: str | None = Field(default=None, max_length=2000, description="required for reject")
 
 
@@ -715,7 +718,7 @@ class BacktestDifferenceOut(BaseModel):
     item_id: str
     title: str
     person: Action
-    would: Literal["approve", "reject"]
+    would: DecisiveAction
     by: str
     url: str
 

@@ -81,6 +81,9 @@ RQ_SWEEPERS = env_int("RQ_SWEEPERS", 2)
 RQ_BENCH_VIEWS = env_bool("RQ_BENCH_VIEWS", False)
 # A worker's claim on an invocation lasts its timeout plus this; then the relay hands it out again.
 RQ_LEASE_GRACE = env_int("RQ_LEASE_GRACE", 30)
+# A due row the relay published is not published again for this long: its message is still queued (a
+# backlog) or was lost, and only the second is worth another message (holds.tasks.relay_due).
+RQ_RELAY_LEASE = env_int("RQ_RELAY_LEASE", 30)
 # While an endpoint is stalled (an attempt timed out), deliveries other than the probe wait this long.
 RQ_STALLED_WAIT = env_int("RQ_STALLED_WAIT", 30)
 # Once a call from one worker process to an endpoint has waited over RQ_SLOW_CALL seconds, that
@@ -174,7 +177,7 @@ if DATABASES["default"]["ENGINE"] != "django.db.backends.postgresql":
         f"DATABASE_URL must be a PostgreSQL URL (postgres://...), got {DATABASE_URL.split(':')[0]}://"
     )
 # Behind a transaction pooler (PgBouncer, pool_mode = transaction) each transaction may run in another server
-# session, so nothing may rely on one: holds/prepared.py sends plain text, psycopg prepares nothing, no
+# session, so nothing may rely on one: holds/services/gateway.py sends plain text, psycopg prepares nothing, no
 # server-side cursors, and the embedded broker polls instead of LISTENing (README, "Production").
 RQ_TRANSACTION_POOLER = env_bool("RQ_TRANSACTION_POOLER", False)
 if RQ_TRANSACTION_POOLER:

@@ -3,10 +3,11 @@ the history it writes, its two writer threads on PostgreSQL, and the foreign-key
 stands in for the per-row checks those threads skip."""
 
 import pytest
-from django.db import IntegrityError, connection
+from django.db import IntegrityError
 
 from bench import seed, seeding
 from holds.models import AuditEvent, Hold, HoldItem, Invocation, Run, milliseconds, new_invocation_id
+from holds.services import gateway
 
 
 def test_ids_follow_the_asks_and_the_pending_holds_are_the_newest(db):
@@ -62,14 +63,13 @@ def test_the_foreign_key_check_finds_a_row_that_points_nowhere(db):
     seeding.seed(holds=10, capability_count=1, items=1)
     seeding._check_foreign_keys()  # what the seed wrote is whole
     hold = Hold.objects.first()
-    with connection.cursor() as cursor:
-        cursor.execute("SET LOCAL session_replication_role = replica")  # as a seeding chunk does
-        cursor.execute(
-            "INSERT INTO holds_holditem (hold_id, position, item_id, title, data, confidence, action)"
-            " VALUES (%s, 5, 'x', 'x', '{}', '{}', '')",
-            [hold.pk + 1000],
-        )
-        cursor.execute("SET LOCAL session_replication_role = origin")
+    gateway.fetch("SET LOCAL session_replication_role = replica")  # as a seeding chunk does
+    gateway.fetch(
+        "INSERT INTO holds_holditem (hold_id, position, item_id, title, data, confidence, action)"
+        " VALUES (%s, 5, 'x', 'x', '{}', '{}', '')",
+        [hold.pk + 1000],
+    )
+    gateway.fetch("SET LOCAL session_replication_role = origin")
     with pytest.raises(IntegrityError, match="holds_holditem"):
         seeding._check_foreign_keys()
 
@@ -86,14 +86,11 @@ def test_the_bench_command_writes_the_mix(db, capsys):
 def test_the_bench_command_leaves_the_database_vacuumed_as_after_any_bulk_load():
     import time
 
-    from django.db import connection
-
     seed.main(["--holds", "50", "--capabilities", "1", "--items", "1"])
-    with connection.cursor() as cursor:
-        for _ in range(50):  # the statistics views are written a moment after the command
-            cursor.execute("SELECT last_vacuum IS NOT NULL FROM pg_stat_user_tables WHERE relname = 'holds_hold'")
-            if cursor.fetchone()[0]:
-                break
-            time.sleep(0.1)
-        else:
-            pytest.fail("holds_hold was not vacuumed")
+    vacuumed = "SELECT last_vacuum IS NOT NULL FROM pg_stat_user_tables WHERE relname = 'holds_hold'"
+    for _ in range(50):  # the statistics views are written a moment after the command
+        if gateway.fetch(vacuumed)[0][0]:
+            break
+        time.sleep(0.1)
+    else:
+        pytest.fail("holds_hold was not vacuumed")

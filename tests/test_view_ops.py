@@ -7,13 +7,13 @@ import json
 import logging
 
 import pytest
-from django.db import connection
 from django.utils import timezone
 
 from holds import logging as rq_logging
 from holds import rollup, services
 from holds.auth import actor_for_account
 from holds.models import AuditEvent, Capability, Hold, Invocation, OpsHour
+from holds.services import gateway
 from holds.web import ops as ops_views
 from tests import factories
 
@@ -243,12 +243,11 @@ def test_it_reads_the_sealed_sums_again_after_each_seal_and_as_the_windows_move(
 
 def decision_at(at):
     """A decision's audit event dated `at`, as the write path wrote it then (the model dates events now)."""
-    with connection.cursor() as cursor:
-        cursor.execute(
-            f"INSERT INTO {AuditEvent._meta.db_table} (at, actor, kind, invocation_id_ref, data)"
-            " VALUES (%s, 'robot', 'hold.decided', '', '{}')",
-            [at],
-        )
+    gateway.fetch(
+        f"INSERT INTO {AuditEvent._meta.db_table} (at, actor, kind, invocation_id_ref, data)"
+        " VALUES (%s, 'robot', 'hold.decided', '', '{}')",
+        [at],
+    )
 
 
 def lagging(now):

@@ -10,6 +10,7 @@ from django.utils import timezone
 
 from holds.auth import run_token_hash
 from holds.models import Hold, Invocation, Run
+from holds.services import gateway
 from tests import factories
 
 pytestmark = pytest.mark.django_db
@@ -176,8 +177,7 @@ def test_it_reads_the_queue_and_history_through_their_partial_indexes(cap, membe
     from holds.models import Capability
 
     bulk_holds(cap, 3000)
-    with connection.cursor() as cursor:
-        cursor.execute("ANALYZE holds_hold")
+    gateway.fetch("ANALYZE holds_hold")
     caps, actor = list(Capability.objects.all()), actor_for_user(member)
     order = (F("expires_at").asc(nulls_last=True), "created_at", "pk")
     every = queries._queue_base(actor, caps, show_all=True, capability=None).order_by(*order)[:51]

@@ -8,16 +8,17 @@ from datetime import timedelta
 from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
 
-from .. import markup, prepared
-from ..auth import invocation_for_token, sha256_hex, token_invocation_id
+from .. import markup
+from ..auth import sha256_hex, token_invocation_id
 from ..errors import Conflict, Invalid
 from ..ids import FILE, HOLD, RUN, parse_public_id, public_id
 from ..models import AuditEvent, AuditKind, Hold, HoldItem, Invocation, Run, RunFile
 from ..schemas import canonical_json, validate_ask
-from . import sql
+from . import gateway, sql
 from .evals import eval_ask_refusal_for_invocation
+from .gateway import insert_values
 from .rules import decide_at_ask
-from .transactions import insert_values
+from .tokens import invocation_for_token
 
 OPTIONAL_ITEM_PARTS = ("actions", "details", "schema")
 
@@ -177,7 +178,7 @@ def _insert_ask(hold: Hold, items: list[dict], event: AuditEvent, *, run: Run | 
     # Alone it needs no transaction. Inside a caller's, a savepoint keeps a refused ask (the unique
     # index on pending holds) from aborting that transaction.
     with transaction.atomic() if connection.in_atomic_block else nullcontext():
-        (found,) = prepared.send([(statement, params)])
+        (found,) = gateway.send([(statement, params)])
     if not found:
         return False
     hold.pk, hold.run_id, hold.capability_id, rules_version, grants_version, capability_name, run_input = found[0]

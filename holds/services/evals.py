@@ -7,7 +7,7 @@ its ask is refused with 409 eval_run and the run ends `asked_for_human` in the s
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from ..auth import SYSTEM, Actor, invocation_for_token
+from ..auth import SYSTEM, Actor
 from ..errors import Conflict, Invalid, NotFound
 from ..ids import DATASET_ITEM, EXPERIMENT, public_id
 from ..models import (
@@ -28,6 +28,7 @@ from ..words import ActorKind
 from . import ports
 from .audit import audit
 from .runs import finish_run, new_invocation
+from .tokens import invocation_for_token
 
 ASKED_FOR_HUMAN_ANSWER = {"status": "failed", "error": "asked_for_human"}
 

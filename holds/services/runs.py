@@ -5,7 +5,6 @@ from django.db import IntegrityError, connection, transaction
 from django.db.models import Count, Func, IntegerField, Sum
 from django.utils import timezone
 
-from .. import prepared
 from ..auth import Actor, run_token_hash
 from ..errors import Conflict, Invalid, NotFound, QuotaExceeded
 from ..ids import RUN, public_id
@@ -13,7 +12,7 @@ from ..models import AuditKind, Capability, IdempotencyKey, Invocation, Run, Run
 from ..policy import may_fail_run, may_start_run, require
 from ..schemas import canonical_json, schema_errors
 from ..words import ActorKind
-from . import ports, sql
+from . import gateway, ports, sql
 from .audit import audit
 
 
@@ -138,7 +137,7 @@ def finish_run(run: Run, *, status: str, actor: Actor, output=None, error: str =
         "actor": actor.label,
         "kind": FINISH_KIND[status],
     }
-    prepared.write(*((statement, params) for statement in sql.FINISH_RUN))
+    gateway.write(*((statement, params) for statement in sql.FINISH_RUN))
     if run.experiment_id is not None and run.parent_id is None:
         # The experiment may be over now. After commit, so that this run reads as finished; two last
         # runs finishing at once may both miss it, and beat's experiments_finish catches that.
@@ -157,9 +156,8 @@ def experiments_finish(*, experiment_id: int | None = None) -> list[int]:
     """Marks finished every running experiment (or this one) whose runs have all finished, by one
     conditional UPDATE (sql.FINISH_EXPERIMENTS), audited in the same statement: a second beat, or a
     run finishing at the same time, finishes nothing twice. Returns the experiments it finished."""
-    with connection.cursor() as cursor:
-        cursor.execute(sql.FINISH_EXPERIMENTS, {"experiment": experiment_id, "now": timezone.now()})
-        return [row[0] for row in cursor.fetchall()]
+    finished = gateway.fetch(sql.FINISH_EXPERIMENTS, {"experiment": experiment_id, "now": timezone.now()})
+    return [experiment for (experiment,) in finished]
 
 
 def _lock_run(run: Run) -> None:
