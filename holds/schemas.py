@@ -687,7 +687,7 @@ class QuorumThen(BaseModel):
 class RuleIn(BaseModel):
     id: str = Field(pattern=r"^[A-Za-z0-9_.-]{1,100}$")
     when: str = Field(min_length=1, max_length=2000, description="CEL over item, run and capability")
-    then: Literal["approve", "reject", "ask"] | QuorumThen = "ask"
+    then: Literal[Action.APPROVE.value, Action.REJECT.value, "ask"] | QuorumThen = "ask"
     comment: str | None = Field(default=None, max_length=2000, description="required for reject")
 
 
@@ -714,8 +714,8 @@ class BacktestDifferenceOut(BaseModel):
     hold_id: str
     item_id: str
     title: str
-    person: Action
-    would: Literal["approve", "reject"]
+    person: ActionWord
+    would: Literal[Action.APPROVE.value, Action.REJECT.value]
     by: str
     url: str
 
