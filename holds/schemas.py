@@ -717,7 +717,7 @@ class BacktestDifferenceOut(BaseModel):
     hold_id: str
     item_id: str
     title: str
-    person: Action
+    person: ActionWord
     would: DecisiveAction
     by: str
     url: str

@@ -2,6 +2,7 @@
 each walk a partial index, on 20,000 pending holds. Pins the plan, so it lives with the internals."""
 
 import datetime as dt
+import re
 
 import pytest
 from django.db import connection
@@ -70,3 +71,15 @@ def test_claimed_holds_come_after_unclaimed_ones_of_the_same_bucket_across_pages
     mine = [i for i in seen if i in expiries]
     assert mine == ["soon-later", "soon-claimed", "day-free", "day-claimed", "week-free", "never-free", "never-claimed"]
     assert len(seen) == len(set(seen)) == 67
+
+
+def test_the_queue_pages_by_keyset_with_no_count_and_no_offset(client, cap, member):
+    # Moved from test_view_queue (issue 29.7): it reads the SQL text the pages send.
+    bulk_holds(cap, 130)
+    client.force_login(member)
+    with CaptureQueriesContext(connection) as captured:
+        first = client.get("/")
+        nxt = re.search(r'href="([^"]+)" rel="next"', first.content.decode()).group(1).replace("&amp;", "&")
+        client.get(nxt)
+    sql = " ".join(q["sql"].upper() for q in captured.captured_queries)
+    assert 'FROM "HOLDS_HOLD"' in sql and "COUNT(" not in sql and "OFFSET" not in sql
