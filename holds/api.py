@@ -302,6 +302,14 @@ def run_fail(request, run_id: str):
     return JsonResponse(serializers.run_full(run))
 
 
+@endpoint("POST")
+def a2a_push(request, run_id: str):
+    """An A2A agent's push notification for a run's task (holds/services/pushes.py)."""
+    run = services.a2a_push_run(run_id=run_id, token=request.headers.get("x-a2a-notification-token"))
+    result = services.a2a_push_received(run=run, body=read_json(request, MAX_ASK_BYTES))
+    return JsonResponse({"status": result}, status=200 if result == "woken" else 202)
+
+
 @endpoint("GET", "PUT", "DELETE")
 def run_state(request, run_id: str, key: str):
     actor = caller(request)

@@ -132,9 +132,19 @@ class AuditKind(models.TextChoices):
     EXPERIMENT_FINISHED = "experiment.finished", "experiment finished"
 
 
+class Protocol(models.TextChoices):
+    """How Review Queue talks to a capability's agent (agentos.yaml's `protocol`)."""
+
+    AGENTOS = "agentos", "agentos invoke"
+    AG_UI = "ag-ui", "AG-UI"
+    A2A = "a2a", "A2A"
+
+
 class Capability(models.Model):
     name = models.CharField(max_length=100, unique=True)
     endpoint = models.URLField(max_length=500)
+    # agentos: POST {endpoint}/invoke (SPEC); ag-ui and a2a: holds/protocols/.
+    protocol = models.CharField(max_length=10, choices=Protocol.choices, default=Protocol.AGENTOS)
     version = models.CharField(max_length=50, default="1")
     timeout_seconds = models.FloatField(default=30)
     input_schema = models.JSONField(null=True, blank=True)

@@ -12,6 +12,7 @@ v0 = [
     path("runs", api.runs, name="api-runs"),
     path("runs/<str:run_id>", api.run_detail, name="api-run"),
     path("runs/<str:run_id>/fail", api.run_fail, name="api-run-fail"),
+    path("a2a/runs/<str:run_id>/push", api.a2a_push, name="api-a2a-push"),
     path("runs/<str:run_id>/state/<path:key>", api.run_state, name="api-run-state"),
     path("files", api.files, name="api-files"),
     path("files/<str:file_id>", api.file_download, name="api-file"),
