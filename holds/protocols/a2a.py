@@ -237,4 +237,5 @@ def _ask(task: Task) -> dict:
             value = json_format.MessageToDict(part.data)
             data.update(value if isinstance(value, dict) else {"value": value})
     details = f"A2A task `{task.id}` asks for input"
-    return {"intent": text[:500], "items": [{"id": "input", "title": text[:1000], "data": data, "details": details}]}
+    item = {"id": "input", "title": text[:1000], "data": data, "details": details}
+    return {"intent": text[:500], "items": [item], "actions": ["approve", "edit", "reject"]}
