@@ -8,8 +8,8 @@ from tests.processes import answers_http, free_port, wait_until
 
 
 class Served:
-    def __init__(self, app, path: str = "/"):
-        self.port = free_port()
+    def __init__(self, app, path: str = "/", port: int | None = None):
+        self.port = port or free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         config = uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="warning", lifespan="off")
         self.server = uvicorn.Server(config)
