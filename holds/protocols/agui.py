@@ -42,6 +42,8 @@ def exchange(claim: services.Claim, client: httpx.Client, *, signed_headers, cla
     run_input = RunAgentInput(
         thread_id=run.public_id,
         run_id=invocation.id,
+        # The consumer says which protocol it speaks: interrupts and resume are AG-UI 1.0's.
+        protocol_version="1.0",
         messages=conversation["messages"],
         state=conversation["state"],
         tools=[],
