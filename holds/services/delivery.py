@@ -359,8 +359,10 @@ def _apply_answer(invocation: Invocation, run: Run, answer: dict, asked: Hold | 
         return "answered"
     if status == "working":
         # An A2A task the agent goes on with: the invocation waits in the database until a push
-        # notification wakes it (a2a_push_received), or the slow poll comes due (holds/protocols/a2a.py).
-        invocation.next_attempt_at = timezone.now() + timedelta(seconds=settings.RQ_A2A_POLL)
+        # notification wakes it (a2a_push_received), or the poll comes due (holds/protocols/a2a.py).
+        # A push that came while this attempt was in flight woke nothing: the poll comes soon at first.
+        wait = min(settings.RQ_A2A_POLL, 2 ** min(invocation.attempts, 16))
+        invocation.next_attempt_at = timezone.now() + timedelta(seconds=wait)
         _set_invocation(invocation, Invocation.Status.PENDING, answer=answer)
         return "working"
     # suspended: it must name the hold that this invocation asked, whatever its status now.
