@@ -3,6 +3,7 @@
 for input (`input-required`). Approve, edit, reject and expiry reach it as a follow-up message on the
 same task; its pushes are authenticated by the token Review Queue gave; bad pushes are 4xx."""
 
+import asyncio
 import uuid
 
 import httpx
@@ -63,6 +64,11 @@ class Payments(AgentExecutor):
             return
         decision = data_of(context.message)
         self.decisions.append({"decision": decision, "text": context.get_user_input()})
+        if self.mode == "later":
+            # The agent takes the follow-up and answers `working`; it pays a moment later, on its own.
+            await up.start_work()
+            self.later = asyncio.create_task(self.pay_later(up, decision))
+            return
         if decision["approved"]:
             paid = Part()
             paid.data.struct_value.update(decision["data"])
@@ -70,6 +76,13 @@ class Payments(AgentExecutor):
             await up.complete()
         else:
             await up.reject(message=up.new_agent_message(parts=[Part(text=f"not paid: {decision['comment']}")]))
+
+    async def pay_later(self, up: TaskUpdater, decision: dict) -> None:
+        await asyncio.sleep(1)
+        paid = Part()
+        paid.data.struct_value.update(decision["data"])
+        await up.add_artifact(parts=[paid], name="payment", last_chunk=True)
+        await up.complete()
 
     async def cancel(self, context, event_queue):
         await TaskUpdater(event_queue, context.task_id, context.context_id).cancel()
@@ -278,3 +291,25 @@ def test_it_fails_the_run_on_an_agent_without_a_card_and_retries_an_answer_that_
         assert drive.run(run_id)["status"] == "running"
     finally:
         served.stop()
+
+
+def test_a_task_the_agent_goes_on_working_on_is_followed_by_its_push(service, agent):
+    drive = Drive(service, agent)
+    run_id = drive.start()
+    hold = drive.hold(run_id)
+    agent.executor.mode = "later"
+    drive.decide(hold, [{"id": "input", "action": "approve"}])
+    resume = wait_until(
+        lambda: Invocation.objects.filter(
+            kind="resume", run__capability__name=drive.name, answer__isnull=False
+        ).first(),
+        30,
+        "the working answer",
+    )
+    run = drive.settled(run_id, ("completed", "failed"))
+    assert run["status"] == "completed", run
+    assert run["output"]["artifacts"][0]["parts"] == [{"data": {"invoice": "INV-1", "amount": 120}}]
+    outcomes = list(resume.delivery_attempts.order_by("number").values_list("outcome", flat=True))
+    assert outcomes[0] == "working" and outcomes[-1] == "answered", outcomes
+    # The agent's push of its progress woke the waiting invocation (200 "woken"; 202 is "nothing waits").
+    assert 200 in [status for _, status in agent.pushes] and {s for _, s in agent.pushes} <= {200, 202}
