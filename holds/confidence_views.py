@@ -16,9 +16,10 @@ from django.shortcuts import render
 from django.views.decorators.http import require_POST
 
 from . import queries
-from .auth import may_decide
 from .forms import DecisionForm
-from .views import ItemView, _is_open, _item_views, _load, _viewer
+from .policy import decide_refusal
+from .views import ItemView, _item_views, _load, _viewer
+from .words import Action
 
 THRESHOLDS = ("0.5", "0.7", "0.8", "0.9", "0.95", "1.0")
 DEFAULT_THRESHOLD = "0.9"
@@ -35,7 +36,7 @@ class Scored:
 def offers_approve(item, hold) -> bool:
     """The item's effective actions: its own when it has them, else the hold's."""
     actions = getattr(item, "actions", None) or hold.actions
-    return "approve" in actions
+    return Action.APPROVE in actions
 
 
 def score(hold, views: list[ItemView], threshold: float) -> list[Scored]:
@@ -63,7 +64,7 @@ def score(hold, views: list[ItemView], threshold: float) -> list[Scored]:
 def by_confidence_preview(request, hold_id: str):
     actor = _viewer(request)
     hold = _load(hold_id)
-    if not (_is_open(hold) and may_decide(actor, hold)):
+    if decide_refusal(actor, hold) is not None:
         return HttpResponse("This hold cannot be decided by you now.", status=403, content_type="text/plain")
     chosen = request.POST.get("threshold", DEFAULT_THRESHOLD)
     if chosen not in THRESHOLDS:

@@ -21,13 +21,15 @@ from django_htmx.http import reswap, retarget
 
 from . import presence, queries, ratelimit, rendering, services
 from .api import serve_file
-from .auth import Actor, actor_for_user, approves, may_decide, may_see_file, may_view
+from .auth import Actor, actor_for_user
 from .errors import Conflict, Forbidden, Invalid, NotFound, RateLimited
-from .forms import ACTION_LABELS, DecisionForm, ItemForm, parse_confirmed
+from .forms import DecisionForm, ItemForm, parse_confirmed
 from .ids import FILE, HOLD, parse_public_id
 from .models import Capability, Hold, HoldItem, RunFile
+from .policy import approves, decidable_ids, decide_refusal, is_open, may_decide, may_read, may_read_file, sees_presence
 from .responses import see_other
 from .schemas import changed_fields
+from .words import Action
 
 # --- queue --------------------------------------------------------------------------------------
 
@@ -85,7 +87,9 @@ def queue(request):
 def _annotate_presence(actor: Actor, rows: list[Hold], user) -> None:
     """Who else is looking at, and who claimed, each row the person may decide (one cache round trip)."""
     now = timezone.now()
-    deciding = [h for h in rows if approves(actor, h.capability)]
+    # Only where they may decide (policy.decidable_ids): a run's starter sees no claim on their own run's hold.
+    allowed = decidable_ids(actor, rows)
+    deciding = [h for h in rows if h.pk in allowed]
     looking = presence.others_many([h.pk for h in deciding], user)
     for hold in deciding:
         hold.looking = looking.get(hold.pk, [])
@@ -122,7 +126,7 @@ class ItemView:
     @property
     def actions(self) -> list[tuple[str, str]]:
         """This item's own actions (else the hold's), as (value, label)."""
-        return [(a, ACTION_LABELS[a]) for a in self.form.actions]
+        return [(a, Action(a).label) for a in self.form.actions]
 
     @property
     def details_html(self):
@@ -139,7 +143,7 @@ class ItemView:
 
     @property
     def decided_changes(self) -> list[tuple[str, object, object]]:
-        if self.item.action != "edit" or not isinstance(self.item.decided_data, dict):
+        if self.item.action != Action.EDIT or not isinstance(self.item.decided_data, dict):
             return []
         return changed_fields(self.item.data, self.item.decided_data)
 
@@ -154,13 +158,9 @@ def _load(hold_id: str) -> Hold:
 
 def _viewer(request) -> Actor:
     actor = actor_for_user(request.user)
-    if not may_view(actor):
+    if may_read(actor) is not None:
         raise PermissionDenied("your account has no role")
     return actor
-
-
-def _is_open(hold: Hold) -> bool:
-    return hold.status == Hold.Status.PENDING and (hold.expires_at is None or hold.expires_at > timezone.now())
 
 
 def _item_views(form: DecisionForm) -> list[ItemView]:
@@ -205,7 +205,7 @@ def extend_choices(hold: Hold) -> list[tuple[int, str]]:
 def _hold_context(request, hold: Hold, actor: Actor, form: DecisionForm | None = None) -> dict:
     items = queries.hold_items(hold)
     form = form or DecisionForm(hold, items)
-    open_ = _is_open(hold)
+    open_ = is_open(hold)
     decider = may_decide(actor, hold)
     return {
         "hold": hold,
@@ -221,11 +221,11 @@ def _hold_context(request, hold: Hold, actor: Actor, form: DecisionForm | None =
         "may_decide": decider,
         "can_decide": decider and open_,
         "overdue": hold.status == Hold.Status.PENDING and not open_,
-        "actions": [(a, ACTION_LABELS[a]) for a in form.actions],
+        "actions": [(a, Action(a).label) for a in form.actions],
         "role": actor.role,
         "extend_choices": extend_choices(hold) if decider and open_ else [],
         "bc_thresholds": ("0.5", "0.7", "0.8", "0.9", "0.95", "1.0"),
-        **presence.hold_context(hold, request.user, shown=decider and open_),
+        **presence.hold_context(hold, request.user, shown=sees_presence(actor, hold)),
     }
 
 
@@ -247,7 +247,7 @@ def hold_review(request, hold_id: str):
     """The last look: what will be sent, before it is sent. Nothing is written here."""
     actor = _viewer(request)
     hold = _load(hold_id)
-    refusal = services.decide_refusal(actor, hold, request.POST.get("fingerprint") or "")
+    refusal = decide_refusal(actor, hold, request.POST.get("fingerprint") or "")
     if refusal is not None:
         return _refused(request, hold, refusal)
     form = DecisionForm(hold, queries.hold_items(hold), data=request.POST)
@@ -261,7 +261,7 @@ def hold_review(request, hold_id: str):
         "hold": hold,
         "form": form,
         "items": _item_views(form),
-        "copied_to": sum(1 for f in form.items if f.action in ("edit", "reject", "feedback")),
+        "copied_to": sum(1 for f in form.items if f.action in (Action.EDIT, Action.REJECT, Action.FEEDBACK)),
         "by_confidence": " ".join(_by_confidence(request, form.items)),
         "role": actor.role,
     }
@@ -300,7 +300,7 @@ def _by_confidence(request, item_forms) -> list[str]:
     return [
         quote(f.item.item_id, safe="")
         for f in item_forms
-        if f.action == "approve" and quote(f.item.item_id, safe="") in applied
+        if f.action == Action.APPROVE and quote(f.item.item_id, safe="") in applied
     ]
 
 
@@ -311,7 +311,10 @@ def _by_confidence_ids(request, body) -> list[str]:
     return [
         i["id"]
         for i in items or []
-        if isinstance(i, dict) and i.get("action") == "approve" and isinstance(i.get("id"), str) and i["id"] in applied
+        if isinstance(i, dict)
+        and i.get("action") == Action.APPROVE
+        and isinstance(i.get("id"), str)
+        and i["id"] in applied
     ]
 
 
@@ -395,6 +398,6 @@ def file_download(request, file_id: str):
     pk = parse_public_id(file_id, FILE)
     run_file = RunFile.objects.filter(pk=pk).first() if pk else None
     # The same 404 for "no such file" and "not yours" (api.file_download).
-    if run_file is None or not may_see_file(actor, run_file):
+    if run_file is None or may_read_file(actor, run_file) is not None:
         raise Http404(f"file {file_id} does not exist")
     return serve_file(run_file)

@@ -26,7 +26,7 @@ from .. import services
 from ..auth import push_token_for
 from ..errors import ServiceError
 from ..models import Action, Invocation
-from .common import ERROR_EXCERPT, MAX_BYTES, Attempt, ask, ask_problem, asking_answer
+from .common import ASKED_ACTIONS, ERROR_EXCERPT, MAX_BYTES, Attempt, ask, ask_problem, asking_answer
 
 VERSION = "1.0"
 CARD_PATH = "/.well-known/agent-card.json"
@@ -177,7 +177,8 @@ def _follow_up(invocation: Invocation, task: dict) -> Message:
     if item is None:
         comment = "expired: nobody decided in time"
     decision = {"approved": approved, "data": item["data"] if item else None, "comment": comment}
-    words = ("approve" if approved else "reject") + (f": {comment}" if comment else "")
+    # The text part says it in the action's own word, for agents that read text only.
+    words = (Action.APPROVE.value if approved else Action.REJECT.value) + (f": {comment}" if comment else "")
     return Message(
         role=Role.ROLE_USER,
         message_id=invocation.id,
@@ -238,4 +239,4 @@ def _ask(task: Task) -> dict:
             data.update(value if isinstance(value, dict) else {"value": value})
     details = f"A2A task `{task.id}` asks for input"
     item = {"id": "input", "title": text[:1000], "data": data, "details": details}
-    return {"intent": text[:500], "items": [item], "actions": ["approve", "edit", "reject"]}
+    return {"intent": text[:500], "items": [item], "actions": ASKED_ACTIONS}

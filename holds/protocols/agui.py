@@ -21,7 +21,7 @@ from pydantic import TypeAdapter, ValidationError
 from .. import services
 from ..errors import ServiceError
 from ..models import Action, HoldItem, Invocation
-from .common import ERROR_EXCERPT, MAX_BYTES, Attempt, ask, ask_problem, asking_answer, expires_in
+from .common import ASKED_ACTIONS, ERROR_EXCERPT, MAX_BYTES, Attempt, ask, ask_problem, asking_answer, expires_in
 
 EVENT = TypeAdapter(Event)
 
@@ -235,7 +235,7 @@ def _ask(invocation: Invocation, stream: Stream, interrupts) -> dict:
     first = items[0]["title"]
     intent = first if len(items) == 1 else f"{len(items)} interrupts: {first}"
     # A reviewer may approve, edit (the payload, under responseSchema) or reject each interrupt.
-    body = {"intent": intent[:500], "items": items, "actions": ["approve", "edit", "reject"]}
+    body = {"intent": intent[:500], "items": items, "actions": ASKED_ACTIONS}
     if (seconds := expires_in(expiries)) is not None:
         body["expires_in"] = seconds
     return body

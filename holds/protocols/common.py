@@ -8,13 +8,16 @@ from django.utils import timezone
 from .. import services
 from ..errors import Conflict, Invalid, ServiceError
 from ..ids import HOLD, public_id
-from ..models import Hold, Invocation
+from ..models import Action, Hold, Invocation
 from ..schemas import MAX_EXPIRES_IN, MIN_EXPIRES_IN
+from ..words import OutcomeKind
 
 # An event stream or JSON-RPC answer may be longer than an invoke answer (1 MiB): it carries the
 # conversation. Past this it is refused, as an invoke answer is past 1 MiB.
 MAX_BYTES = 8 * 1024 * 1024
 ERROR_EXCERPT = 300
+# A reviewer may approve, edit (under the item's schema) or reject what an agent paused on.
+ASKED_ACTIONS = [Action.APPROVE.value, Action.EDIT.value, Action.REJECT.value]
 
 
 class Attempt:
@@ -33,16 +36,16 @@ class Attempt:
         }
 
     def answer(self, answer: dict) -> services.Outcome:
-        return services.Outcome(kind="answer", answer=answer, **self._common())
+        return services.Outcome(kind=OutcomeKind.ANSWER, answer=answer, **self._common())
 
     def retry(self, error: str) -> services.Outcome:
         """Not the protocol, or cut short: another attempt may do better (the invoke protocol's rule for
         an invalid 2xx answer)."""
-        return services.Outcome(kind="retry", error=error[:2000], **self._common())
+        return services.Outcome(kind=OutcomeKind.RETRY, error=error[:2000], **self._common())
 
     def fatal(self, error: str) -> services.Outcome:
         """The agent answered in a way that no retry changes: the run fails with this error."""
-        return services.Outcome(kind="fatal", error=error[:2000], **self._common())
+        return services.Outcome(kind=OutcomeKind.FATAL, error=error[:2000], **self._common())
 
 
 def ask(invocation: Invocation, body: dict) -> str:

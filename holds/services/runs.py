@@ -7,10 +7,12 @@ from django.utils import timezone
 
 from .. import prepared
 from ..auth import Actor, run_token_hash
-from ..errors import Conflict, Forbidden, Invalid, NotFound, QuotaExceeded
+from ..errors import Conflict, Invalid, NotFound, QuotaExceeded
 from ..ids import RUN, public_id
 from ..models import AuditKind, Capability, IdempotencyKey, Invocation, Run, RunFile, RunState
+from ..policy import may_fail_run, may_start_run, require
 from ..schemas import canonical_json, schema_errors
+from ..words import ActorKind
 from . import ports, sql
 from .audit import audit
 
@@ -44,6 +46,7 @@ def run_start(
     With an idempotency key, the same caller and key return the first run (created=False), so a
     retried request never starts a second run. A run token starts a child run of its own run.
     """
+    require(may_start_run(actor))
     capability = Capability.objects.filter(name=capability_name).first()
     if capability is None:
         raise Invalid([{"field": "capability", "message": f"no capability named '{capability_name}'"}])
@@ -56,7 +59,7 @@ def run_start(
         raise Invalid(errors)
     try:
         with transaction.atomic():
-            parent = actor.run if actor.kind == "run" else None
+            parent = actor.run if actor.kind == ActorKind.RUN else None
             run = Run.objects.create(
                 capability=capability,
                 version=capability.version,
@@ -67,8 +70,8 @@ def run_start(
                 # A run started by an eval run is an eval run too (it replays no holds: delivery.eval_field).
                 experiment_id=parent.experiment_id if parent else None,
                 dataset_item_id=parent.dataset_item_id if parent else None,
-                started_by_user=actor.user if actor.kind == "user" else None,
-                started_by_account=actor.account if actor.kind == "account" else None,
+                started_by_user=actor.user if actor.kind == ActorKind.USER else None,
+                started_by_account=actor.account if actor.kind == ActorKind.ACCOUNT else None,
             )
             if idempotency_key:
                 IdempotencyKey.objects.create(caller=actor.caller_key, key=idempotency_key, run=run)
@@ -100,8 +103,7 @@ def _idempotent_run(actor: Actor, key: str, capability: Capability, input: dict)
 
 def run_fail(*, run_id: int, actor: Actor, reason: str) -> Run:
     """An admin fails a run: its pending hold is cancelled and unsent invocations are cancelled."""
-    if not actor.is_admin:
-        raise Forbidden("only admins may fail a run")
+    require(may_fail_run(actor))
     with transaction.atomic():
         run = Run.objects.select_for_update(no_key=True).filter(pk=run_id).first()
         if run is None:

@@ -4,10 +4,12 @@ from django.contrib.auth import get_user_model
 from django.db import transaction
 from django.utils import timezone
 
-from ..auth import SYSTEM, Actor, new_service_key
+from ..auth import Actor, new_service_key
 from ..config import new_secret
-from ..errors import Conflict, Forbidden, Invalid, NotFound
+from ..errors import Conflict, Invalid, NotFound
 from ..models import AuditKind, Capability, Membership, Role, ServiceAccount
+from ..policy import may_manage_team, require
+from ..words import ActorKind
 from .audit import audit
 
 # What a capability gets for each key that agentos.yaml leaves out.
@@ -79,8 +81,7 @@ def service_account_create(*, name: str, role: str, actor: Actor):
 
 
 def _require_admin(actor: Actor) -> None:
-    if not actor.is_admin and actor is not SYSTEM:
-        raise Forbidden("only admins manage people, service accounts and approvers")
+    require(may_manage_team(actor))
 
 
 def person_set_role(*, user_id: int, role: str, actor: Actor) -> None:
@@ -105,7 +106,7 @@ def person_set_active(*, user_id: int, active: bool, actor: Actor) -> None:
         user = get_user_model().objects.select_for_update().filter(pk=user_id).first()
         if user is None:
             raise NotFound("no such person")
-        if actor.kind == "user" and actor.user.pk == user.pk and not active:
+        if actor.kind == ActorKind.USER and actor.user.pk == user.pk and not active:
             raise Conflict("you cannot deactivate yourself", code="self")
         before = user.is_active
         user.is_active = active
