@@ -8,8 +8,9 @@
   The decision is a follow-up message on the same task: a data part `{approved, data, comment}` (and a
   text part saying the same, for agents that read text).
 - `completed`: the run completes with `{"artifacts": [...]}`; `failed`, `canceled`, `rejected` fail it.
-- `submitted` / `working`: the invocation waits in the database ("working"); a push notification (or,
-  if none comes, the slow poll RQ_A2A_POLL) brings it back to a worker, which asks `GetTask`.
+- `SendMessage` is blocking (A2A's default): the agent answers once the task needs input or has ended.
+  An agent that answers `submitted` / `working` instead leaves the invocation waiting in the database; its
+  push notification (or a poll backing off to RQ_A2A_POLL) brings it back to a worker, which asks `GetTask`.
 """
 
 import json

@@ -234,7 +234,6 @@ def _ask(invocation: Invocation, stream: Stream, interrupts) -> dict:
             expiries.append(datetime.fromisoformat(interrupt.expires_at.replace("Z", "+00:00")))
     first = items[0]["title"]
     intent = first if len(items) == 1 else f"{len(items)} interrupts: {first}"
-    # A reviewer may approve, edit (the payload, under responseSchema) or reject each interrupt.
     body = {"intent": intent[:500], "items": items, "actions": ASKED_ACTIONS}
     if (seconds := expires_in(expiries)) is not None:
         body["expires_in"] = seconds
