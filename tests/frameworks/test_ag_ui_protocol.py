@@ -49,6 +49,7 @@ class Agent:
     def __init__(self, interrupts=1, expires_in=None):
         self.inputs: list[RunAgentInput] = []
         self.mode = "ok"
+        self.cut_resumes = 0  # resume streams to stop before RUN_FINISHED
         self.interrupts = interrupts
         self.expires_in = expires_in
         app = Starlette(routes=[Route("/agent", self.run, methods=["POST"])])
@@ -69,6 +70,9 @@ class Agent:
     def events(self, run_input: RunAgentInput):
         thread, run = run_input.thread_id, run_input.run_id
         yield RunStartedEvent(thread_id=thread, run_id=run)
+        if run_input.resume and self.cut_resumes:
+            self.cut_resumes -= 1
+            return
         if run_input.resume:
             paid = [{"interrupt": r.interrupt_id, "status": r.status, "payload": r.payload} for r in run_input.resume]
             yield StateSnapshotEvent(snapshot={"paid": paid})
@@ -260,3 +264,18 @@ def test_it_retries_a_stream_that_stops_or_is_not_ag_ui_and_goes_on_once_the_age
     agent.mode = "ok"
     hold = drive.hold(run_id)  # the next attempt (the retry schedule's) reaches the agent
     assert [i["id"] for i in hold["items"]] == ["int-1"]
+
+
+def test_a_resume_whose_stream_stops_is_sent_again_and_the_decision_is_not_lost(service, agents):
+    agent = agents()
+    agent.cut_resumes = 1
+    drive = Drive(service, agent)
+    run_id = drive.start()
+    drive.decide(drive.hold(run_id), [{"id": "int-1", "action": "reject", "comment": "not this one"}])
+    run = drive.settled(run_id, ("completed", "failed"))
+    assert run["status"] == "completed", run
+    resumes = [i for i in agent.inputs if i.resume]
+    assert len(resumes) == 2 and resumes[0].run_id == resumes[1].run_id  # the same AG-UI run, sent again
+    assert [(r.interrupt_id, r.status, r.payload) for r in resumes[1].resume] == [
+        ("int-1", "cancelled", {"approved": False, "reason": "not this one"})
+    ]
