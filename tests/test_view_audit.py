@@ -7,9 +7,10 @@ import io
 import pytest
 from django.utils import timezone
 
-from holds import audit_views, paging, services
+from holds import paging, services
 from holds.auth import SYSTEM, actor_for_user
 from holds.models import AuditEvent
+from holds.web import audit as audit_views
 from tests import factories
 
 pytestmark = pytest.mark.django_db

@@ -15,11 +15,12 @@ from django.http import HttpResponse
 from django.shortcuts import render
 from django.views.decorators.http import require_POST
 
-from . import queries
-from .forms import DecisionForm
-from .policy import decide_refusal
-from .views import ItemView, _item_views, _load, _viewer
-from .words import Action
+from .. import queries
+from ..forms import DecisionForm
+from ..policy import decide_refusal
+from ..words import Action
+from .common import load_hold, viewer
+from .hold import ItemView, item_views
 
 THRESHOLDS = ("0.5", "0.7", "0.8", "0.9", "0.95", "1.0")
 DEFAULT_THRESHOLD = "0.9"
@@ -62,14 +63,14 @@ def score(hold, views: list[ItemView], threshold: float) -> list[Scored]:
 @require_POST
 @login_required
 def by_confidence_preview(request, hold_id: str):
-    actor = _viewer(request)
-    hold = _load(hold_id)
+    actor = viewer(request)
+    hold = load_hold(hold_id)
     if decide_refusal(actor, hold) is not None:
         return HttpResponse("This hold cannot be decided by you now.", status=403, content_type="text/plain")
     chosen = request.POST.get("threshold", DEFAULT_THRESHOLD)
     if chosen not in THRESHOLDS:
         return HttpResponse("Choose one of " + ", ".join(THRESHOLDS) + ".", status=422, content_type="text/plain")
-    views = _item_views(DecisionForm(hold, queries.hold_items(hold)))
+    views = item_views(DecisionForm(hold, queries.hold_items(hold)))
     scored = score(hold, views, float(chosen))
     context = {
         "hold": hold,
@@ -77,4 +78,4 @@ def by_confidence_preview(request, hold_id: str):
         "approved": [s for s in scored if s.approve],
         "stay": [s for s in scored if not s.approve],
     }
-    return render(request, "holds/_by_confidence_preview.html", context)
+    return render(request, "holds/hold.html#by-confidence-preview", context)
