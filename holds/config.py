@@ -77,12 +77,16 @@ def load_capabilities(path: Path) -> list[CapabilitySpec]:
         raise ConfigError([f"{path}: cannot read: {exc.strerror}"]) from None
     except yaml.YAMLError as exc:
         raise ConfigError([f"{path}: not valid YAML: {exc}"]) from None
+    # `mcp` is the MCP gateway's section (holds/mcp/gateway_config.py), read by `manage.py mcp_gateway`.
     if (
         not isinstance(document, dict)
-        or set(document) != {"capabilities"}
+        or "capabilities" not in document
+        or set(document) - {"capabilities", "mcp"}
         or not isinstance(document["capabilities"], dict)
     ):
-        raise ConfigError([f"{path}: the file must have one top-level key, 'capabilities', mapping names to settings"])
+        raise ConfigError(
+            [f"{path}: the file must have the top-level key 'capabilities', mapping names to settings (and 'mcp')"]
+        )
     problems, specs = [], []
     for name, raw in document["capabilities"].items():
         spec, errors = _capability(path.parent, str(name), raw)

@@ -40,11 +40,15 @@ def run_start(
     input: dict,
     actor: Actor,
     idempotency_key: str | None = None,
+    inline: bool = False,
 ) -> tuple[Run, bool]:
     """Starts a run and writes its start invocation (the outbox row) in one transaction.
 
     With an idempotency key, the same caller and key return the first run (created=False), so a
     retried request never starts a second run. A run token starts a child run of its own run.
+    `inline`: the caller is the run's agent itself (an MCP call, holds/mcp): its start invocation is
+    written as being answered (delivering, with no lease, which the relay never hands out) and is
+    never sent; a decision's resume then waits for it (sql.write_decision) and is never sent either.
     """
     require(may_start_run(actor))
     capability = Capability.objects.filter(name=capability_name).first()
@@ -75,10 +79,12 @@ def run_start(
             )
             if idempotency_key:
                 IdempotencyKey.objects.create(caller=actor.caller_key, key=idempotency_key, run=run)
-            invocation = new_invocation(run=run, kind=Invocation.Kind.START, seq=1, status=Invocation.Status.PENDING)
+            status = Invocation.Status.DELIVERING if inline else Invocation.Status.PENDING
+            invocation = new_invocation(run=run, kind=Invocation.Kind.START, seq=1, status=status)
             invocation.save(force_insert=True)
             audit(AuditKind.RUN_STARTED, actor, run_id=run.pk, invocation_id=invocation.id, capability=capability.name)
-            ports.publish_on_commit([invocation.id])
+            if not inline:
+                ports.publish_on_commit([invocation.id])
     except IntegrityError:
         # Another request with the same key won the race; answer with its run.
         existing = _idempotent_run(actor, idempotency_key, capability, input) if idempotency_key else None
