@@ -6,7 +6,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('holds', '0018_evals_datasets_experiments'),
+        ('holds', '0019_hold_settled_notify'),
     ]
 
     operations = [
