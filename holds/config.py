@@ -16,6 +16,7 @@ import jsonschema
 import yaml
 
 from .models import Protocol, Role
+from .rules import check_rules
 
 KEYS = {
     "endpoint",
@@ -30,6 +31,7 @@ KEYS = {
     "remind_before",
     "confidence_default",
     "protocol",
+    "rules",
 }
 NOTIFY_KEYS = {"email", "webhook"}
 DURATION = re.compile(r"^(\d+(?:\.\d+)?)(ms|s|m|h|d)?$")
@@ -178,6 +180,11 @@ def _capability(base: Path, name: str, raw) -> tuple[CapabilitySpec, list[str]]:
             errors.append("key 'notify.webhook': an http(s) URL")
         else:
             spec.values["notify"] = notify
+    if "rules" in raw:
+        rules, problems = check_rules(raw["rules"])
+        errors += [f"key 'rules': {problem}" for problem in problems]
+        if not problems:
+            spec.values["rules"] = [rule.as_json() for rule in rules]
     return spec, errors
 
 

@@ -6,7 +6,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('holds', '0019_hold_settled_notify'),
+        ('holds', '0021_rules_and_grants'),
     ]
 
     operations = [
