@@ -41,6 +41,13 @@ def run_token_for(invocation_id: str) -> str:
     return f"{TOKEN_PREFIX}{invocation_id}.{base64.urlsafe_b64encode(mac).decode().rstrip('=')}"
 
 
+def push_token_for(run) -> str:
+    """The token Review Queue gives an A2A agent for its run's push notifications: only Review Queue can
+    make it, so a push that brings it comes from the agent it was given to (holds/protocols/a2a.py)."""
+    mac = hmac.new(_token_key(), f"a2a-push:{run.public_id}".encode(), hashlib.sha256).digest()
+    return base64.urlsafe_b64encode(mac).decode().rstrip("=")
+
+
 def run_token_hash(invocation_id: str) -> str:
     return sha256_hex(run_token_for(invocation_id))
 

@@ -15,7 +15,7 @@ from pathlib import Path
 import jsonschema
 import yaml
 
-from .models import Role
+from .models import Protocol, Role
 from .rules import check_rules
 
 KEYS = {
@@ -30,6 +30,7 @@ KEYS = {
     "self_approval",
     "remind_before",
     "confidence_default",
+    "protocol",
     "rules",
 }
 NOTIFY_KEYS = {"email", "webhook"}
@@ -111,6 +112,11 @@ def _capability(base: Path, name: str, raw) -> tuple[CapabilitySpec, list[str]]:
         errors.append("key 'endpoint': required, an http(s) URL")
     else:
         spec.values["endpoint"] = endpoint.rstrip("/")
+    if "protocol" in raw:
+        if raw["protocol"] not in Protocol.values:
+            errors.append(f"key 'protocol': one of {', '.join(Protocol.values)}")
+        else:
+            spec.values["protocol"] = raw["protocol"]
     if "version" in raw:
         if not isinstance(raw["version"], (str, int)) or isinstance(raw["version"], bool):
             errors.append("key 'version': a string")

@@ -92,6 +92,10 @@ RQ_STALLED_WAIT = env_int("RQ_STALLED_WAIT", 30)
 RQ_ENDPOINT_MAX_IN_FLIGHT = env_int("RQ_ENDPOINT_MAX_IN_FLIGHT", 8)
 RQ_SLOW_CALL = float(env_str("RQ_SLOW_CALL", "0.5"))
 RQ_BUSY_WAIT = env_int("RQ_BUSY_WAIT", 5)
+# An A2A task that the agent goes on working on waits in the database for the agent's push notification;
+# should that push be lost (A2A delivers pushes at best once), a worker asks GetTask after 2, 4, 8… seconds,
+# at most this many.
+RQ_A2A_POLL = env_int("RQ_A2A_POLL", 300)
 RQ_CONFIDENCE_AMBER = 0.8
 RQ_CONFIDENCE_RED = 0.5
 # /metrics answers only `Authorization: Bearer <RQ_METRICS_TOKEN>`; unset, /metrics is off (404).

@@ -48,6 +48,7 @@ from .evals import (
 )
 from .expiry import Expired, due_holds, holds_expire_batch, holds_expire_due
 from .extend import hold_extend
+from .pushes import a2a_push_received, a2a_push_run
 from .rules import (
     MAX_GRANT_DAYS,
     current_rule_set,
@@ -70,6 +71,8 @@ from .team import (
 from .tokens import invocation_for_token
 
 __all__ = [
+    "a2a_push_received",
+    "a2a_push_run",
     "MAX_GRANT_DAYS",
     "current_rule_set",
     "grant_create",

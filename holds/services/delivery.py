@@ -46,7 +46,9 @@ _CLAIM_COLUMNS = (
         + ["parent_id", "experiment_id", "dataset_item_id"],
     ),
     gateway.Columns(
-        Capability, "c", ["id", "name", "secret", "timeout_seconds", "endpoint_disabled_at", "endpoint_stalled_at"]
+        Capability,
+        "c",
+        ["id", "name", "secret", "timeout_seconds", "endpoint_disabled_at", "endpoint_stalled_at", "protocol"],
     ),
 )
 CLAIM_SQL = sql.CLAIM.format(columns=", ".join(c.select(named=True) for c in _CLAIM_COLUMNS))
@@ -355,6 +357,14 @@ def _apply_answer(invocation: Invocation, run: Run, answer: dict, asked: Hold | 
         _set_invocation(invocation, Invocation.Status.ANSWERED, answer=answer)
         finish_run(run, status=Run.Status.FAILED, actor=SYSTEM, error=str(answer.get("error") or "failed"))
         return DeliveryResult.ANSWERED
+    if status == "working":
+        # An A2A task the agent goes on with: the invocation waits in the database until a push
+        # notification wakes it (a2a_push_received), or the poll comes due (holds/protocols/a2a.py).
+        # A push that came while this attempt was in flight woke nothing: the poll comes soon at first.
+        wait = min(settings.RQ_A2A_POLL, 2 ** min(invocation.attempts, 16))
+        invocation.next_attempt_at = timezone.now() + timedelta(seconds=wait)
+        _set_invocation(invocation, Invocation.Status.PENDING, answer=answer)
+        return DeliveryResult.WORKING
     # suspended: it must name the hold that this invocation asked, whatever its status now.
     hold_id = answer.get("hold_id")
     if asked is None or hold_id != asked.public_id:
