@@ -11,7 +11,7 @@ from urllib.parse import quote, unquote
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
-from django.http import Http404
+from django.http import Http404, HttpResponseBadRequest
 from django.shortcuts import render
 from django.urls import reverse
 from django.utils import timezone
@@ -26,6 +26,7 @@ from .errors import Conflict, Forbidden, Invalid, NotFound, RateLimited
 from .forms import ACTION_LABELS, DecisionForm, ItemForm, parse_confirmed
 from .ids import FILE, HOLD, parse_public_id
 from .models import Capability, Hold, HoldItem, RunFile
+from .paging import BadCursor
 from .responses import see_other
 from .schemas import changed_fields
 
@@ -42,9 +43,12 @@ def queue(request):
     search = request.GET.get("q", "").strip()[:200]
     show_all = request.GET.get("all") == "1"
     cursor = request.GET.get("after", "")
-    page = queries.queue_page(
-        actor, capabilities, show_all=show_all, capability=capability, search=search, cursor=cursor
-    )
+    try:
+        page = queries.queue_page(
+            actor, capabilities, show_all=show_all, capability=capability, search=search, cursor=cursor
+        )
+    except BadCursor:
+        return _broken_link()
     # The highest hold id when the page was first shown; refreshes count what came after it.
     seen = _int(request.GET.get("seen"))
     if seen is None:
@@ -349,6 +353,14 @@ def _refused(request, hold: Hold, exc) -> object:
 # --- history ------------------------------------------------------------------------------------
 
 
+def _broken_link() -> HttpResponseBadRequest:
+    # A crafted or damaged `after=`: the list's first page is one link away.
+    return HttpResponseBadRequest(
+        "This page link is not one this server gave out; open the list from its first page.",
+        content_type="text/plain; charset=utf-8",
+    )
+
+
 @require_GET
 @login_required
 def history(request):
@@ -358,9 +370,12 @@ def history(request):
     status = request.GET.get("status", "")
     status = status if status in queries.HISTORY_STATUSES else ""
     search = request.GET.get("q", "").strip()[:200]
-    page = queries.history_page(
-        capability=capability, status=status, search=search, cursor=request.GET.get("after", "")
-    )
+    try:
+        page = queries.history_page(
+            capability=capability, status=status, search=search, cursor=request.GET.get("after", "")
+        )
+    except BadCursor:
+        return _broken_link()
     filters = {
         k: v
         for k, v in {"capability": capability.name if capability else "", "status": status, "q": search}.items()

@@ -69,9 +69,10 @@ def hold_ask_by_token(*, token: str, body) -> Hold | None:
     to check against the run) looks the token up first, as every other endpoint does, so 401, 409 and
     422 keep SPEC's order.
     """
-    ask, items, errors = read_ask(body, None)
+    # Item schemas are compiled only once the token is known live (compiling is what costs).
+    ask, items, errors = read_ask(body, None, compile_schemas=False)
     invocation_id = token_invocation_id(token)
-    if errors or ask.files or invocation_id is None:
+    if errors or ask.files or invocation_id is None or any(item["schema"] is not None for item in items):
         invocation = invocation_for_token(token)
         return None if invocation is None else hold_ask(invocation=invocation, body=body)
     hold, event = new_hold(ask, items, invocation_id=invocation_id)
@@ -88,9 +89,9 @@ def hold_ask_by_token(*, token: str, body) -> Hold | None:
     return hold if written else None
 
 
-def read_ask(body, run: Run | None) -> tuple:
+def read_ask(body, run: Run | None, *, compile_schemas: bool = True) -> tuple:
     """(ask, items, errors): the body validated; its files checked against `run` when given."""
-    ask, errors = validate_ask(body)
+    ask, errors = validate_ask(body, compile_schemas=compile_schemas)
     file_ids = body.get("files") if isinstance(body, dict) and isinstance(body.get("files"), list) else []
     if file_ids and run is not None:
         errors += _file_errors(run, file_ids)

@@ -1,0 +1,124 @@
+"""Issue 30: nothing an agent sends may cost anyone else time or room.
+
+Each test names its finding (docs/security.md has the table: finding, fix, test). Tests of internals
+(what is compiled, how often) are in tests/performance/test_hostile_costs.py.
+"""
+
+import pytest
+
+from holds import item_schemas
+from tests import factories
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def live(cap):
+    run = factories.start_run(cap)
+    invocation, token = factories.deliver_now(run)
+    return run, invocation, token
+
+
+def schema_item(n: int, schema: dict) -> dict:
+    return {"id": f"INV-{n}", "title": f"Invoice {n}", "data": {"payee": "Acme"}, "schema": schema}
+
+
+def pattern_schema(*patterns: str) -> dict:
+    return {"type": "object", "properties": {f"p{i}": {"type": "string", "pattern": p} for i, p in enumerate(patterns)}}
+
+
+def ask(api, token, *items):
+    return api.post("/v0/holds", factories.ask_body(items=list(items)), token=token)
+
+
+def fields(response) -> dict:
+    return {e["field"]: e["message"] for e in response.json()["errors"]}
+
+
+# --- 1. item schemas: bounded before compiling, refused past the bound ------------------------------
+
+
+def test_1_a_pattern_too_costly_to_compile_is_refused_with_422(api, live):
+    # `.{10000}` took 0.1-6 s to compile; the size limit refuses it while it compiles (about 1 ms).
+    response = ask(api, live[2], schema_item(1, pattern_schema(".{10000}")))
+    assert response.status_code == 422, response.content
+    assert "compiled form is over" in fields(response)["items[0].schema"]
+
+
+def test_1_an_ask_holds_at_most_32_patterns_and_no_pattern_over_1000_characters(api, cap):
+    many = [f"^a{i}$" for i in range(item_schemas.MAX_PATTERNS + 1)]
+    for items, field in (
+        ([schema_item(1, pattern_schema(*many[:20])), schema_item(2, pattern_schema(*many[20:]))], "items"),
+        ([schema_item(1, pattern_schema("a" * 1001))], "items[0].schema"),
+        ([schema_item(1, {"patternProperties": {f"^k{i}$": {} for i in range(33)}})], "items"),
+    ):
+        _, token = factories.deliver_now(factories.start_run(cap))
+        response = ask(api, token, *items)
+        assert response.status_code == 422, response.content
+        assert field in fields(response)
+
+
+def test_1_an_asks_distinct_schemas_are_limited_to_256_kib_together(api, live):
+    # Five schemas of ~60 KiB each (each under its own 64 KiB limit), all different.
+    items = [schema_item(n, {"description": str(n) * 60_000}) for n in range(1, 6)]
+    response = ask(api, live[2], *items)
+    assert response.status_code == 422, response.content
+    assert "256" in fields(response)["items"] or str(item_schemas.MAX_ASK_SCHEMA_BYTES) in fields(response)["items"]
+
+
+def test_1_the_same_schema_on_every_item_counts_once(api, live):
+    schema = pattern_schema(*[f"^b{i}$" for i in range(item_schemas.MAX_PATTERNS)])
+    response = ask(api, live[2], *[schema_item(n, schema) for n in range(1, 51)])
+    assert response.status_code == 201, response.content
+
+
+def test_1_everyday_patterns_still_fit(api, live):
+    everyday = [
+        "^[A-Z]{2}-\\d{4}$",
+        "^\\p{L}+$",
+        "^[^@]+@[^@]+\\.[a-z]{2,}$",
+        "^.{1,100}$",
+        "^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$",
+        "^\\w{1,64}$",
+        "^[0-9]+\\.[0-9]{2}$",
+    ]
+    response = ask(api, live[2], schema_item(1, pattern_schema(*everyday)))
+    assert response.status_code == 201, response.content
+
+
+# --- 9. crafted paging cursors on the queue and history ---------------------------------------------
+
+
+def cursor(values) -> str:
+    import base64
+    import json
+
+    return base64.urlsafe_b64encode(json.dumps(values).encode()).decode().rstrip("=")
+
+
+CRAFTED_QUEUE = [
+    ["2026-13-45T99:00:00+00:00", 0, 0, None, "2026-01-01T00:00:00+00:00", 1],  # an impossible date
+    ["2026-01-01T00:00:00+00:00", "x", 0, None, "2026-01-01T00:00:00+00:00", 1],  # a string for the bucket
+    ["2026-01-01T00:00:00+00:00", 0, 0, None, None, 1],  # a null created_at
+    ["2026-01-01T00:00:00+00:00", 0, 0, "2026-02-30T00:00:00+00:00", "2026-01-01T00:00:00+00:00", 1],
+    ["2026-01-01T00:00:00+00:00", 0, 0, None, "2026-01-01T00:00:00+00:00", "1"],
+]
+CRAFTED_HISTORY = [
+    ["2026-13-45T99:00:00+00:00", None, 1],
+    [None, None, 1],
+    ["2026-01-01T00:00:00+00:00", None, "1"],
+    ["2026-01-01T00:00:00+00:00", None, 10**30],
+]
+
+
+def test_9_crafted_cursors_answer_400_on_the_queue_and_history(client, member, cap):
+    client.raise_request_exception = False
+    factories.held_hold(cap)
+    client.force_login(member)
+    for path, crafted in (("/", CRAFTED_QUEUE), ("/history", CRAFTED_HISTORY)):
+        for values in crafted + [["too", "short"], "not a list"]:
+            response = client.get(path, {"after": cursor(values)})
+            assert response.status_code == 400, (path, values, response.status_code)
+        for garbage in ("%%%", "x" * 2000, "bnVsbA"):
+            assert client.get(path, {"after": garbage}).status_code == 400, (path, garbage)
+        assert client.get(path, {"after": ""}).status_code == 200
