@@ -122,3 +122,55 @@ def test_9_crafted_cursors_answer_400_on_the_queue_and_history(client, member, c
         for garbage in ("%%%", "x" * 2000, "bnVsbA"):
             assert client.get(path, {"after": garbage}).status_code == 400, (path, garbage)
         assert client.get(path, {"after": ""}).status_code == 200
+
+
+# --- 2 and 8. markdown: one time budget for every text, children bounded on the host ---------------
+
+
+def star_items(n=62) -> list[dict]:
+    # Each item's details under its own 64 KiB limit and the old in-process limits (short, no brackets).
+    return [{"id": f"S{i}", "title": "t", "data": {"a": 1}, "details": f"{i} " + "*a" * 2000} for i in range(n)]
+
+
+@pytest.fixture
+def slots(monkeypatch, tmp_path):
+    """Markdown children of this test only (the host's slots are shared with whatever else runs)."""
+    from holds import markup
+
+    monkeypatch.setattr(markup, "SLOT_DIR", str(tmp_path / "slots"))
+    monkeypatch.setattr(markup, "CHILD_SLOTS", 1)
+    return markup
+
+
+def test_2_the_time_budget_holds_for_many_short_texts_of_emphasis(slots):
+    # 62 items of `*a` took 5.7-8.4 s in the web process; now they go to a child killed at the budget.
+    texts = [item["details"] for item in star_items()]
+    assert slots.render_all(texts, seconds=0.05) is None
+
+
+def test_2_an_over_budget_ask_is_stored_and_shown_as_plain_text(api, live, slots, monkeypatch):
+    monkeypatch.setattr(slots, "MAX_SECONDS", 0.05)
+    monkeypatch.setattr(slots.render_all, "__defaults__", (0.05,))
+    response = api.post("/v0/holds", factories.ask_body(items=star_items()), token=live[2])
+    assert response.status_code == 201, response.content
+    from holds.models import HoldItem
+
+    assert set(HoldItem.objects.values_list("details_html", flat=True)) == {None}
+
+
+def test_8_no_child_starts_past_the_hosts_slots(slots, monkeypatch):
+    import fcntl
+    import os
+
+    os.makedirs(slots.SLOT_DIR)
+    fd = os.open(os.path.join(slots.SLOT_DIR, "slot-0"), os.O_RDWR | os.O_CREAT)
+    fcntl.flock(fd, fcntl.LOCK_EX)  # another ask's child holds the only slot
+    started = []
+    try:
+        with monkeypatch.context() as patched:
+            patched.setattr(slots.subprocess, "run", lambda *a, **k: started.append(a))
+            assert slots.render_all(["[x](y) " * 700], seconds=0.2) is None
+    finally:
+        os.close(fd)
+    assert started == []
+    assert slots.render_all(["[x](y) " * 700])[0].count("<a ") == 700  # the slot is free again: rendered

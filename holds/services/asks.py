@@ -69,10 +69,15 @@ def hold_ask_by_token(*, token: str, body) -> Hold | None:
     to check against the run) looks the token up first, as every other endpoint does, so 401, 409 and
     422 keep SPEC's order.
     """
-    # Item schemas are compiled only once the token is known live (compiling is what costs).
+    # What costs (compiling item schemas, markdown in a child process) runs only once the token is
+    # known live: such asks take the lookup path.
     ask, items, errors = read_ask(body, None, compile_schemas=False)
     invocation_id = token_invocation_id(token)
-    if errors or ask.files or invocation_id is None or any(item["schema"] is not None for item in items):
+    costly = not errors and (
+        any(item["schema"] is not None for item in items)
+        or not markup.in_process([ask.details] + [item["details"] or "" for item in items])
+    )
+    if errors or ask.files or invocation_id is None or costly:
         invocation = invocation_for_token(token)
         return None if invocation is None else hold_ask(invocation=invocation, body=body)
     hold, event = new_hold(ask, items, invocation_id=invocation_id)

@@ -55,3 +55,17 @@ def test_1_a_schema_is_compiled_once_for_every_item_and_every_edit(api, cap, mem
         edit = [{"id": "INV-1", "action": "edit", "data": {"payee": payee}}]
         api.post(f"/v0/holds/{hold_id}/decision", {"items": edit}, key=member_key)
     assert len(compiles) == 1
+
+
+def test_2_an_ask_of_62_emphasis_texts_renders_nothing_in_the_web_process(api, cap, monkeypatch, tmp_path):
+    from holds import markup
+
+    monkeypatch.setattr(markup, "SLOT_DIR", str(tmp_path))
+    rendered_here = []
+    real = markup.to_html
+    monkeypatch.setattr(markup, "to_html", lambda text: rendered_here.append(text) or real(text))
+    _, token = factories.deliver_now(factories.start_run(cap))
+    items = [{"id": f"S{i}", "title": "t", "data": {"a": 1}, "details": f"{i} " + "*a" * 2000} for i in range(62)]
+    response = api.post("/v0/holds", factories.ask_body(items=items), token=token)
+    assert response.status_code == 201, response.content
+    assert rendered_here == []
