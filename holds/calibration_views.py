@@ -4,15 +4,13 @@ Anyone signed in may read it. Thin: holds/calibration.py computes; the chart's g
 its drawing in the template (an SVG: the diagonal a calibrated agent would follow, one line per field).
 """
 
-import csv
-
 from django.contrib.auth.decorators import login_required
 from django.http import HttpResponse
 from django.shortcuts import render
 from django.utils import timezone
 from django.views.decorators.http import require_GET
 
-from . import calibration, rollup
+from . import calibration, rollup, spreadsheet
 from .auth import actor_for_user
 from .models import Capability
 
@@ -100,7 +98,7 @@ def calibration_csv(request):
     rows = _report(capability)
     response = HttpResponse(content_type="text/csv; charset=utf-8")
     response["Content-Disposition"] = 'attachment; filename="calibration.csv"'
-    writer = csv.writer(response)
+    writer = spreadsheet.writer(response)
     writer.writerow(
         ["capability", "field", "bucket", "decisions", "edited_or_rejected", "rate", "mean_confidence", "flagged"]
     )
@@ -108,8 +106,8 @@ def calibration_csv(request):
         for cell in row.cells:
             writer.writerow(
                 [
-                    _cell(row.capability),
-                    _cell(row.field),
+                    spreadsheet.safe_cell(row.capability),
+                    spreadsheet.safe_cell(row.field),
                     cell.label.replace("–", "-"),
                     cell.decisions,
                     cell.edited,
@@ -119,8 +117,3 @@ def calibration_csv(request):
                 ]
             )
     return response
-
-
-def _cell(text: str) -> str:
-    """A field name is the agent's text: one starting like a formula is quoted for spreadsheets."""
-    return "'" + text if text[:1] in ("=", "+", "-", "@", "\t", "\r") else text

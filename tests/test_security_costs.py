@@ -174,3 +174,35 @@ def test_8_no_child_starts_past_the_hosts_slots(slots, monkeypatch):
         os.close(fd)
     assert started == []
     assert slots.render_all(["[x](y) " * 700])[0].count("<a ") == 700  # the slot is free again: rendered
+
+
+# --- 10. CSV cells are text whatever separator a spreadsheet splits on -------------------------------
+
+SNEAKY_KEYS = ["x;=1+1;", "a,@SUM(1)", "b\t-2+3", "c| =cmd", "plain; text"]
+
+
+def test_10_formula_like_pieces_are_quoted_whatever_the_separator(client, cap, member):
+    import csv
+    import io
+
+    from holds import services
+    from holds.auth import actor_for_account
+
+    data = {key: 1 for key in SNEAKY_KEYS}
+    body = factories.ask_body(items=[{"id": "I", "title": "t", "data": data, "confidence": dict.fromkeys(data, 0.2)}])
+    hold = factories.held_hold(cap, body)[1]
+    actor = actor_for_account(factories.account("csv-bot", role="member")[0])
+    services.hold_decide(hold_id=hold.pk, actor=actor, body={"items": [{"id": "I", "action": "approve"}]})
+    client.force_login(member)
+    text = client.get("/calibration.csv").content.decode()
+    for separator in (",", ";", "\t", "|"):
+        # A spreadsheet that splits on `separator`, honouring double quotes as every reader does.
+        for row in csv.reader(io.StringIO(text), delimiter=separator):
+            for cell in row:
+                assert not cell.lstrip(" ").startswith(("=", "+", "-", "@")), (separator, cell)
+    # A naive reader that ignores quotes and splits each line on `;` still sees no formula.
+    for line in text.splitlines():
+        for cell in line.split(";"):
+            assert not cell.strip(' "').startswith(("=", "+", "-", "@")), cell
+    fields = {row[1] for row in csv.reader(io.StringIO(text))}
+    assert "x;'=1+1;" in fields and "plain; text" in fields
