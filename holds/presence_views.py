@@ -8,9 +8,9 @@ from django.urls import reverse
 from django.utils import timezone
 from django.views.decorators.http import require_POST
 
-from . import presence, services
+from . import presence, ratelimit, services
 from .auth import may_decide
-from .errors import Conflict, Forbidden, NotFound
+from .errors import Conflict, Forbidden, NotFound, RateLimited
 from .responses import see_other
 from .views import _is_open, _load, _viewer
 
@@ -42,13 +42,15 @@ def hold_claim(request, hold_id: str):
     actor = _viewer(request)
     hold = _load(hold_id)
     try:
+        # Each take and release writes an audit row: a person's cycles are bounded (RQ_RATE_CLAIM).
+        ratelimit.api_limit("claim", actor)
         if request.POST.get("release"):
             services.hold_release(hold_id=hold.pk, actor=actor)
             note = "Released: others see it as unclaimed."
         else:
             services.hold_claim(hold_id=hold.pk, actor=actor)
             note = "You are on it: others see it as claimed by you for 15 minutes, renewed while this page is open."
-    except (Conflict, Forbidden, NotFound) as exc:
+    except (Conflict, Forbidden, NotFound, RateLimited) as exc:
         note = None
         messages.error(request, f"Not claimed: {exc.message}")
     if request.htmx:

@@ -7,6 +7,8 @@ Rates are settings, read on every call so that tests and operators can change th
     RQ_RATE_DECISION  per service-account key or person      default "120/m"
     RQ_RATE_LOGIN     per client IP, failed sign-ins          default "20/5m"
     RQ_RATE_RUN_START per caller of POST /v0/runs             default "120/m"
+    RQ_RATE_CLAIM     per person, claims and releases         default "30/h"
+    RQ_RATE_DATASET   per caller, dataset items added         default "600/h"
 
 A rate is "N/period" with the period in seconds (`30s`, or a bare number), minutes (`m`, `5m`),
 hours (`h`) or days (`d`); "" or "off" turns that limit off. Identities are hashed before they
@@ -29,7 +31,14 @@ from .errors import RateLimited
 
 log = logging.getLogger(__name__)
 
-DEFAULTS = {"ask": "30/m", "decision": "120/m", "login": "20/5m", "run_start": "120/m"}
+DEFAULTS = {
+    "ask": "30/m",
+    "decision": "120/m",
+    "login": "20/5m",
+    "run_start": "120/m",
+    "claim": "30/h",
+    "dataset": "600/h",
+}
 UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 RATE = re.compile(r"^\s*(\d+)\s*/\s*(\d*)\s*([smhd]?)\s*$")
 

@@ -303,6 +303,8 @@ RQ_RATE_ASK = env_str("RQ_RATE_ASK", "30/m")  # per run token
 RQ_RATE_DECISION = env_str("RQ_RATE_DECISION", "120/m")  # per service-account key or person
 RQ_RATE_LOGIN = env_str("RQ_RATE_LOGIN", "20/5m")  # failed sign-ins per client address
 RQ_RATE_RUN_START = env_str("RQ_RATE_RUN_START", "120/m")  # POST /v0/runs per caller (token, key, person)
+RQ_RATE_CLAIM = env_str("RQ_RATE_CLAIM", "30/h")  # claims and releases of holds per person (each is audited)
+RQ_RATE_DATASET = env_str("RQ_RATE_DATASET", "600/h")  # dataset items added per caller
 # Per-run quotas: past one, the write answers 409 quota_exceeded naming it.
 RQ_RUN_MAX_FILES = env_int("RQ_RUN_MAX_FILES", 50)
 RQ_RUN_MAX_FILE_BYTES = env_int("RQ_RUN_MAX_FILE_BYTES", 200 * 1024 * 1024)

@@ -206,3 +206,33 @@ def test_10_formula_like_pieces_are_quoted_whatever_the_separator(client, cap, m
             assert not cell.strip(' "').startswith(("=", "+", "-", "@")), cell
     fields = {row[1] for row in csv.reader(io.StringIO(text))}
     assert "x;'=1+1;" in fields and "plain; text" in fields
+
+
+# --- 12. claim and release cycles are rate-limited (each writes an audit row) ------------------------
+
+
+@pytest.fixture
+def fresh_limits(monkeypatch):
+    from django.core.cache import cache
+
+    from holds import ratelimit
+
+    cache.clear()
+    monkeypatch.setattr(ratelimit, "clock", lambda: 1_800_000_010.0)  # no window turns over mid-test
+    yield
+    cache.clear()
+
+
+def test_12_claim_and_release_cycles_stop_at_the_claim_rate(client, cap, member, fresh_limits):
+    from holds.models import AuditEvent
+
+    hold = factories.held_hold(cap)[1]
+    client.force_login(member)
+    url = f"/holds/{hold.public_id}/claim"
+    for _ in range(20):  # 40 audited changes asked for; the default rate is 30 an hour
+        client.post(url)
+        client.post(url, {"release": "1"})
+    written = AuditEvent.objects.filter(hold_id_ref=hold.pk, kind__in=["hold.claimed", "hold.released"]).count()
+    assert written == 30
+    page = client.post(url, follow=True).content.decode()
+    assert "Not claimed: too many claim requests" in page
