@@ -236,3 +236,36 @@ def test_12_claim_and_release_cycles_stop_at_the_claim_rate(client, cap, member,
     assert written == 30
     page = client.post(url, follow=True).content.decode()
     assert "Not claimed: too many claim requests" in page
+
+
+# --- 13. one reminder per window, however often the hold is extended inside it ------------------------
+
+
+def test_13_extending_inside_the_reminder_window_sends_no_new_reminder(cap, member, monkeypatch):
+    import datetime as dt
+
+    from django.utils import timezone
+
+    from holds import notify_tasks, services
+    from holds.auth import actor_for_user
+    from holds.models import Hold, Notification
+
+    sent = []
+    monkeypatch.setattr(notify_tasks.notify, "delay", lambda *args: sent.append(args))
+    remind = factories.capability(name="remind", remind_before=dt.timedelta(hours=6))
+    hold = factories.held_hold(remind, factories.ask_body(expires_in=24 * 3600))[1]
+    Hold.objects.filter(pk=hold.pk).update(expires_at=timezone.now() + dt.timedelta(hours=4))
+    Notification.objects.bulk_create(
+        Notification(hold=hold, kind=kind, channel=channel, sent_at=timezone.now())
+        for kind in ("asked", "reminder")  # asked, and reminded when it fell under 6 h
+        for channel in ("email", "webhook")
+    )
+    for hours in (4.5, 5, 5.5):  # three extensions, each still inside the 6 h window
+        body = {"expires_in": int(hours * 3600), "reason": "a little more"}
+        services.hold_extend(hold_id=hold.pk, actor=actor_for_user(member), body=body)
+        notify_tasks.remind_due(now=timezone.now())
+    assert sent == []
+    # Extended past the window, it is reminded again when the new deadline comes within 6 h.
+    services.hold_extend(hold_id=hold.pk, actor=actor_for_user(member), body={"expires_in": 86400, "reason": "more"})
+    assert notify_tasks.remind_due(now=timezone.now()) == 0
+    assert notify_tasks.remind_due(now=timezone.now() + dt.timedelta(hours=19)) == 1
