@@ -19,7 +19,7 @@ from django.utils.http import urlencode
 from django.views.decorators.http import require_GET, require_POST
 from django_htmx.http import reswap, retarget
 
-from . import presence, queries, ratelimit, rendering, services
+from . import by_confidence, presence, queries, ratelimit, rendering, services
 from .api import serve_file
 from .auth import Actor, actor_for_user, approves, may_decide, may_see_file, may_view
 from .errors import Conflict, Forbidden, Invalid, NotFound, RateLimited
@@ -228,7 +228,7 @@ def _hold_context(request, hold: Hold, actor: Actor, form: DecisionForm | None =
         "actions": [(a, ACTION_LABELS[a]) for a in form.actions],
         "role": actor.role,
         "extend_choices": extend_choices(hold) if decider and open_ else [],
-        "bc_thresholds": ("0.5", "0.7", "0.8", "0.9", "0.95", "1.0"),
+        "bc_thresholds": by_confidence.THRESHOLDS,
         **presence.hold_context(hold, request.user, shown=decider and open_),
     }
 
@@ -267,6 +267,7 @@ def hold_review(request, hold_id: str):
         "items": _item_views(form),
         "copied_to": sum(1 for f in form.items if f.action in ("edit", "reject", "feedback")),
         "by_confidence": " ".join(_by_confidence(request, form.items)),
+        "by_confidence_threshold": request.POST.get("by_confidence_threshold", ""),
         "role": actor.role,
     }
     template = "holds/review.html" + ("#last-look" if request.htmx else "")
@@ -290,7 +291,7 @@ def hold_decision(request, hold_id: str):
             actor=actor,
             body=body,
             fingerprint=request.POST.get("fingerprint", ""),
-            by_confidence=_by_confidence_ids(request, body),
+            by_confidence=_by_confidence_ids(request, hold, body),
         )
     except (Conflict, Forbidden, Invalid, NotFound, RateLimited) as exc:
         return _refused(request, queries.hold_for_page(hold.pk) or hold, exc)
@@ -308,9 +309,15 @@ def _by_confidence(request, item_forms) -> list[str]:
     ]
 
 
-def _by_confidence_ids(request, body) -> list[str]:
-    """The confirmed decision's approved item ids that approve-by-confidence set (for calibration)."""
+def _by_confidence_ids(request, hold: Hold, body) -> list[str]:
+    """The confirmed decision's approved item ids that approve-by-confidence set (for calibration):
+    those the form names that the server's own scoring at the form's threshold approves, so a crafted
+    field can take no other approved item out of calibration."""
     applied = {unquote(x) for x in request.POST.get("by_confidence", "").split()[:100]}
+    if not applied:
+        return []
+    views = _item_views(DecisionForm(hold, queries.hold_items(hold)))
+    applied &= by_confidence.set_by_threshold(hold, views, request.POST.get("by_confidence_threshold", ""))
     items = body.get("items") if isinstance(body, dict) else None
     return [
         i["id"]

@@ -269,3 +269,48 @@ def test_13_extending_inside_the_reminder_window_sends_no_new_reminder(cap, memb
     services.hold_extend(hold_id=hold.pk, actor=actor_for_user(member), body={"expires_in": 86400, "reason": "more"})
     assert notify_tasks.remind_due(now=timezone.now()) == 0
     assert notify_tasks.remind_due(now=timezone.now() + dt.timedelta(hours=19)) == 1
+
+
+# --- 14. approve by confidence: flagged details stay, titles show their marks, the server decides ----
+
+
+def confident_items() -> list[dict]:
+    return [
+        {"id": "OK", "title": "Fine", "data": {"a": 1}, "confidence": {"a": 0.99}},
+        {"id": "DET", "title": "Details", "data": {"a": 1}, "confidence": {"a": 0.99}, "details": "pay \u202eevil"},
+        {"id": "RLO", "title": "Pay \u202eemAcme", "data": {"a": 1}, "confidence": {"a": 0.99}},
+        {"id": "LOWC", "title": "Low", "data": {"a": 1}, "confidence": {"a": 0.2}},
+    ]
+
+
+def test_14_flagged_details_stay_undecided_and_titles_show_hidden_character_marks(client, cap, member):
+    hold = factories.held_hold(cap, factories.ask_body(items=confident_items()))[1]
+    client.force_login(member)
+    html = client.post(f"/holds/{hold.public_id}/by-confidence", {"threshold": "0.9"}).content.decode()
+    approved, stay = html.split("Stay undecided")
+    assert "OK" in approved and "DET" not in approved and "DET" in stay
+    assert "\u202e" not in html and "⟦U+202E⟧" in html
+    assert 'data-approve="item-0"' in html and 'data-threshold="0.9"' in html
+
+
+def test_14_the_server_recomputes_which_items_the_threshold_set(client, cap, member):
+    import json
+
+    from holds.models import AuditEvent
+
+    hold = factories.held_hold(cap, factories.ask_body(items=confident_items()))[1]
+    client.force_login(member)
+    decision = {"items": [{"id": i["id"], "action": "approve"} for i in confident_items()]}
+    # Crafted: every approved item named as set by the shortcut, to take them out of calibration.
+    response = client.post(
+        f"/holds/{hold.public_id}/decision",
+        {
+            "decision": json.dumps(decision),
+            "fingerprint": hold.fingerprint,
+            "by_confidence": "OK DET RLO LOWC",
+            "by_confidence_threshold": "0.5",
+        },
+    )
+    assert response.status_code == 303, response.content
+    event = AuditEvent.objects.get(kind="hold.decided", hold_id_ref=hold.pk)
+    assert event.data["by_confidence"] == ["OK"]  # the only item the shortcut approves at any threshold
