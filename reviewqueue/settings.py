@@ -200,7 +200,7 @@ RQ_BROKER_VISIBILITY_TIMEOUT = env_int("RQ_BROKER_VISIBILITY_TIMEOUT", 3600)
 CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": RQ_BROKER_VISIBILITY_TIMEOUT}
 if CELERY_BROKER_URL.startswith("rqpg:"):
     CELERY_BROKER_TRANSPORT_OPTIONS["dsn"] = libpq_dsn(DATABASES["default"])
-    CELERY_BROKER_TRANSPORT_OPTIONS["poll_only"] = RQ_TRANSACTION_POOLER
+    CELERY_BROKER_TRANSPORT_OPTIONS["transaction_pooler"] = RQ_TRANSACTION_POOLER
 # Extra task modules for a worker, e.g. the bare hop that bench/resume.py measures against.
 CELERY_IMPORTS = env_list("RQ_CELERY_IMPORTS", [])
 CELERY_TASK_ACKS_LATE = True
