@@ -310,6 +310,11 @@ RQ_RUN_MAX_FILES = env_int("RQ_RUN_MAX_FILES", 50)
 RQ_RUN_MAX_FILE_BYTES = env_int("RQ_RUN_MAX_FILE_BYTES", 200 * 1024 * 1024)
 RQ_RUN_MAX_STATE_KEYS = env_int("RQ_RUN_MAX_STATE_KEYS", 100)
 RQ_RUN_MAX_STATE_BYTES = env_int("RQ_RUN_MAX_STATE_BYTES", 8 * 1024 * 1024)
+# The RQ_RUN_MAX_* quotas bound a whole run tree (a root run and its child runs); these bound every
+# tree that one person or service-account key started (issue 30.4).
+RQ_CALLER_MAX_FILES = env_int("RQ_CALLER_MAX_FILES", 5000)
+RQ_CALLER_MAX_FILE_BYTES = env_int("RQ_CALLER_MAX_FILE_BYTES", 20 * 1024 * 1024 * 1024)
+RQ_CALLER_MAX_STATE_BYTES = env_int("RQ_CALLER_MAX_STATE_BYTES", 512 * 1024 * 1024)
 # Sign-in lockout (django-axes): this many failures for one username from one address lock that
 # pair out for the cool-off (hours, a float); a success resets the count.
 AXES_FAILURE_LIMIT = env_int("RQ_LOGIN_FAILURE_LIMIT", 5)

@@ -314,3 +314,56 @@ def test_14_the_server_recomputes_which_items_the_threshold_set(client, cap, mem
     assert response.status_code == 303, response.content
     event = AuditEvent.objects.get(kind="hold.decided", hold_id_ref=hold.pk)
     assert event.data["by_confidence"] == ["OK"]  # the only item the shortcut approves at any threshold
+
+
+# --- 4. quotas bound a run tree (child runs share their root's room) and a caller --------------------
+
+
+def upload(client, token, content=b"0123456789"):
+    headers = {"x-agentos-run-token": token, "x-filename": "f.txt"}
+    return client.post("/v0/files", data=content, content_type="text/plain", headers=headers)
+
+
+def child_token(api, cap, token) -> str:
+    from holds.models import Run
+
+    started = api.post("/v0/runs", {"capability": cap.name, "input": {}}, token=token)
+    assert started.status_code in (200, 201, 202), started.content
+    child = Run.objects.get(pk=int(started.json()["run_id"][2:]))
+    return factories.deliver_now(child)[1]
+
+
+def test_4_child_runs_share_their_roots_file_and_state_quotas(api, client, cap, live, settings):
+    settings.RQ_RUN_MAX_FILES, settings.RQ_RUN_MAX_STATE_KEYS = 2, 2
+    run, _, token = live
+    assert upload(client, token).status_code == 201
+    assert upload(client, token).status_code == 201
+    assert upload(client, token).json()["quota"] == "files"
+    child = child_token(api, cap, token)
+    grandchild = child_token(api, cap, child)
+    for t in (child, grandchild):
+        refused = upload(client, t)
+        assert refused.status_code == 409 and refused.json()["quota"] == "files"
+    assert api.put(f"/v0/runs/{run.public_id}/state/a", 1, token=token).status_code == 204
+    from holds.models import Run
+
+    kid = Run.objects.get(parent=run)
+    assert api.put(f"/v0/runs/{kid.public_id}/state/b", 1, token=child).status_code == 204
+    refused = api.put(f"/v0/runs/{kid.public_id}/state/c", 1, token=child)
+    assert refused.status_code == 409 and refused.json()["quota"] == "state_keys"
+
+
+def test_4_one_caller_is_bounded_over_all_the_trees_it_starts(api, client, cap, member_key, settings):
+    from holds.models import Run
+
+    settings.RQ_CALLER_MAX_FILES, settings.RQ_CALLER_MAX_FILE_BYTES = 3, 10_000
+    tokens = []
+    for _ in range(2):
+        started = api.post("/v0/runs", {"capability": cap.name, "input": {}}, key=member_key)
+        tokens.append(factories.deliver_now(Run.objects.get(pk=int(started.json()["run_id"][2:])))[1])
+    assert [upload(client, t).status_code for t in (tokens[0], tokens[0], tokens[1])] == [201, 201, 201]
+    refused = upload(client, tokens[1])
+    assert refused.status_code == 409 and refused.json()["quota"] == "caller_files"
+    # Another caller's runs have their own room.
+    other = factories.deliver_now(factories.start_run(cap))[1]
+    assert upload(client, other).status_code == 201
