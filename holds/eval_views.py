@@ -8,14 +8,14 @@ from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
 from django.db.models import Count, Q
-from django.http import Http404
+from django.http import Http404, HttpResponse
 from django.shortcuts import render
 from django.urls import reverse
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 from . import experiments, services
 from .auth import Actor, actor_for_user, approves
-from .errors import Invalid, ServiceError
+from .errors import Invalid, RateLimited, ServiceError
 from .ids import DATASET, DATASET_ITEM, EXPERIMENT, HOLD, parse_public_id
 from .models import Dataset, DatasetItem, Experiment, Hold, Run
 from .paging import decode_cursor, encode_cursor, read_page
@@ -155,6 +155,11 @@ def experiment_start(request, dataset_id: str):
     dataset = _dataset(dataset_id)
     try:
         experiment, _ = services.experiment_start(dataset=dataset, actor=actor)
+    except RateLimited as exc:
+        # The same 429 as the API's door (issue 30.3), with a page a person can read.
+        response = HttpResponse(f"{exc.message}.", status=429, content_type="text/plain; charset=utf-8")
+        response["Retry-After"] = str(exc.extra["retry_after"])
+        return response
     except ServiceError as exc:
         messages.error(request, exc.message)
         return see_other(reverse("dataset", args=[dataset.public_id]))

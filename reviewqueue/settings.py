@@ -305,6 +305,8 @@ RQ_RATE_LOGIN = env_str("RQ_RATE_LOGIN", "20/5m")  # failed sign-ins per client 
 RQ_RATE_RUN_START = env_str("RQ_RATE_RUN_START", "120/m")  # POST /v0/runs per caller (token, key, person)
 RQ_RATE_CLAIM = env_str("RQ_RATE_CLAIM", "30/h")  # claims and releases of holds per person (each is audited)
 RQ_RATE_DATASET = env_str("RQ_RATE_DATASET", "600/h")  # dataset items added per caller
+RQ_RATE_EXPERIMENT_RUNS = env_str("RQ_RATE_EXPERIMENT_RUNS", "1000/h")  # runs that experiments start, per caller
+RQ_DATASET_MAX_ITEMS = env_int("RQ_DATASET_MAX_ITEMS", 1000)  # live items of one dataset (and runs of one experiment)
 # Per-run quotas: past one, the write answers 409 quota_exceeded naming it.
 RQ_RUN_MAX_FILES = env_int("RQ_RUN_MAX_FILES", 50)
 RQ_RUN_MAX_FILE_BYTES = env_int("RQ_RUN_MAX_FILE_BYTES", 200 * 1024 * 1024)

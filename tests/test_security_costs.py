@@ -367,3 +367,53 @@ def test_4_one_caller_is_bounded_over_all_the_trees_it_starts(api, client, cap, 
     # Another caller's runs have their own room.
     other = factories.deliver_now(factories.start_run(cap))[1]
     assert upload(client, other).status_code == 201
+
+
+# --- 3. experiments count every run they start, at both doors; datasets are bounded ---------------------
+
+
+def new_dataset(api, cap, key, items: int) -> str:
+    dataset = api.post("/v0/datasets", {"name": "hostile", "capability": cap.name}, key=key).json()["dataset_id"]
+    for n in range(items):
+        assert api.post(f"/v0/datasets/{dataset}/items", {"input": {"n": n}}, key=key).status_code == 201
+    return dataset
+
+
+def test_3_every_run_an_experiment_starts_counts_and_both_doors_answer_429(
+    api, client, cap, member, settings, fresh_limits
+):
+    from holds.models import Run
+
+    settings.RQ_RATE_EXPERIMENT_RUNS = "12/h"
+    _, key = factories.account("lab", role="member")
+    dataset = new_dataset(api, cap, key, 5)
+    assert api.post("/v0/experiments", {"dataset": dataset}, key=key).status_code == 201
+    assert api.post("/v0/experiments", {"dataset": dataset}, key=key).status_code == 201
+    refused = api.post("/v0/experiments", {"dataset": dataset}, key=key)  # 15 runs > 12
+    assert refused.status_code == 429 and refused.json()["error"] == "rate_limited"
+    assert Run.objects.filter(experiment__isnull=False).count() == 10
+    # The page's door: its own caller's budget, the same 429.
+    client.force_login(member)
+    for expected in (303, 303, 429):
+        response = client.post(f"/datasets/{dataset}/experiments")
+        assert response.status_code == expected, response.content
+    assert response["Retry-After"] and Run.objects.filter(experiment__isnull=False).count() == 20
+
+
+def test_3_the_pages_experiments_count_against_the_run_start_rate(client, api, cap, member, settings, fresh_limits):
+    settings.RQ_RATE_RUN_START = "2/m"
+    _, key = factories.account("lab", role="member")
+    dataset = new_dataset(api, cap, key, 1)
+    client.force_login(member)
+    assert [client.post(f"/datasets/{dataset}/experiments").status_code for _ in range(3)] == [303, 303, 429]
+
+
+def test_3_adding_dataset_items_is_rate_limited_and_datasets_have_a_size(api, cap, settings, fresh_limits):
+    settings.RQ_DATASET_MAX_ITEMS = 3
+    _, key = factories.account("lab", role="member")
+    dataset = new_dataset(api, cap, key, 3)
+    full = api.post(f"/v0/datasets/{dataset}/items", {"input": {}}, key=key)
+    assert full.status_code == 409 and full.json()["quota"] == "dataset_items"
+    settings.RQ_DATASET_MAX_ITEMS, settings.RQ_RATE_DATASET = 1000, "5/h"
+    added = [api.post(f"/v0/datasets/{dataset}/items", {"input": {}}, key=key).status_code for _ in range(3)]
+    assert added == [201, 429, 429]  # 3 added and 1 refused for room count: 5 an hour
