@@ -8,6 +8,7 @@ from django.contrib.auth.decorators import login_required
 from django.http import HttpResponse
 from django.shortcuts import render
 from django.utils import timezone
+from django.utils.http import urlencode
 from django.views.decorators.http import require_GET
 
 from . import calibration, rollup, spreadsheet
@@ -16,6 +17,7 @@ from .models import Capability
 
 # The plot's square in SVG units, inside margins for the axes' labels.
 SIZE, LEFT, TOP = 240, 44, 12
+ROWS_PER_PAGE = 50
 COLOURS = ("#1d4ed8", "#b45309", "#047857", "#7c3aed", "#be123c", "#0e7490", "#4d7c0f", "#a21caf")
 
 
@@ -75,11 +77,18 @@ def _report(capability: Capability | None) -> list:
 @login_required
 def calibration_page(request):
     capabilities, capability = _filter(request)
-    rows = _report(capability)
+    every = _report(capability)
+    # The table and chart show a page of rows (the CSV has them all).
+    page = _page_number(request.GET.get("page"), len(every))
+    rows = every[(page - 1) * ROWS_PER_PAGE : page * ROWS_PER_PAGE]
+    query = {"capability": capability.name} if capability else {}
     context = {
         "rows": rows,
-        "flagged": [row for row in rows if row.flagged],
+        "flagged": [row for row in every if row.flagged],
         "chart": chart(rows),
+        "page_number": page,
+        "prev_url": "?" + urlencode({**query, "page": page - 1}) if page > 1 else "",
+        "next_url": "?" + urlencode({**query, "page": page + 1}) if page * ROWS_PER_PAGE < len(every) else "",
         "buckets": [label for _, label in calibration.BUCKETS],
         "capabilities": capabilities,
         "capability": capability,
@@ -89,6 +98,11 @@ def calibration_page(request):
         "nav": "calibration",
     }
     return render(request, "holds/calibration.html", context)
+
+
+def _page_number(text, rows: int) -> int:
+    last = max(1, -(-rows // ROWS_PER_PAGE))
+    return min(int(text), last) if text and text.isdigit() and 0 < len(text) < 7 and int(text) > 0 else 1
 
 
 @require_GET

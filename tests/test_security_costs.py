@@ -417,3 +417,34 @@ def test_3_adding_dataset_items_is_rate_limited_and_datasets_have_a_size(api, ca
     settings.RQ_DATASET_MAX_ITEMS, settings.RQ_RATE_DATASET = 1000, "5/h"
     added = [api.post(f"/v0/datasets/{dataset}/items", {"input": {}}, key=key).status_code for _ in range(3)]
     assert added == [201, 429, 429]  # 3 added and 1 refused for room count: 5 an hour
+
+
+# --- 7. calibration: bounded fields per capability, a paged table ---------------------------------------
+
+
+def test_7_one_hold_with_many_confidence_keys_cannot_bloat_calibration(client, cap, member):
+    import datetime as dt
+
+    from django.utils import timezone
+
+    from holds import calibration, rollup, services
+    from holds.auth import actor_for_account
+    from holds.models import CalibrationTotal
+
+    keys = [f"k{n:04d}" for n in range(400)]
+    item = {"id": "I", "title": "t", "data": dict.fromkeys(keys, 1), "confidence": dict.fromkeys(keys, 0.95)}
+    hold = factories.held_hold(cap, factories.ask_body(items=[item]))[1]
+    actor = actor_for_account(factories.account("bloat", role="member")[0])
+    services.hold_decide(hold_id=hold.pk, actor=actor, body={"items": [{"id": "I", "action": "approve"}]})
+    client.force_login(member)
+    page = client.get("/calibration").content.decode()
+    assert page.count("<tr") <= 1 + 50 and 'rel="next"' in page  # a header row and one page of fields
+    last = client.get("/calibration", {"page": "2"}).content.decode()
+    assert "(other fields)" in page + last and 'rel="prev"' in last and 'rel="next"' not in last
+    assert client.get("/calibration", {"page": "x"}).status_code == 200
+    # Sealed for good: still bounded.
+    later = timezone.now() + dt.timedelta(hours=3)
+    while rollup.rollup(now=later):
+        pass
+    fields = set(CalibrationTotal.objects.filter(capability=cap).values_list("field", flat=True))
+    assert len(fields) == calibration.MAX_FIELDS and calibration.OTHER_FIELDS in fields
