@@ -448,3 +448,39 @@ def test_7_one_hold_with_many_confidence_keys_cannot_bloat_calibration(client, c
         pass
     fields = set(CalibrationTotal.objects.filter(capability=cap).values_list("field", flat=True))
     assert len(fields) == calibration.MAX_FIELDS and calibration.OTHER_FIELDS in fields
+
+
+# --- 6. the experiment page: paged, capped, large values collapsed --------------------------------------
+
+
+def test_6_large_expected_outputs_are_collapsed_and_items_paged(api, client, cap, member):
+    from django.db import transaction
+
+    from holds.auth import SYSTEM
+    from holds.models import Experiment, Run
+    from holds.services.runs import finish_run
+
+    _, key = factories.account("lab", role="member")
+    dataset = api.post("/v0/datasets", {"name": "big", "capability": cap.name}, key=key).json()["dataset_id"]
+    huge = {"blob": "x" * (1024 * 1024)}  # 1 MiB
+    for n in range(25):
+        body = {"input": {"n": n}, "expected_output": huge if n < 5 else {"n": n}}
+        assert api.post(f"/v0/datasets/{dataset}/items", body, key=key).status_code == 201
+    assert api.post("/v0/experiments", {"dataset": dataset}, key=key).status_code == 201
+    experiment = Experiment.objects.get()
+    for run in Run.objects.filter(experiment=experiment).order_by("dataset_item_id"):
+        output = {"n": run.input["n"]} if run.input["n"] % 2 else {"blob": "y" * (1024 * 1024)}
+        with transaction.atomic():
+            finish_run(run, status=Run.Status.COMPLETED, actor=SYSTEM, output=output)
+    client.force_login(member)
+    page = client.get(f"/experiments/{experiment.public_id}")
+    assert page.status_code == 200
+    html = page.content.decode()
+    assert len(page.content) < 1024 * 1024  # five 1 MiB values and their diffs made 35.6 MB
+    assert html.count('<li class="experiment-item') == 20 and 'rel="next"' in html
+    assert "Too large to compare here" in html and "cut" in html
+    # Totals count every item, not only the page's: the 10 odd n from 5 on match; the other 15 do not.
+    this_one = html.split("This one")[1].split("</tr>")[0]
+    assert this_one.endswith('<td class="num">10</td><td class="num">15</td>'), this_one
+    rest = client.get(f"/experiments/{experiment.public_id}", {"page": "2"}).content.decode()
+    assert rest.count('<li class="experiment-item') == 5 and 'rel="prev"' in rest
