@@ -20,16 +20,25 @@ from .auth import (
     actor_for_account,
     actor_for_invocation,
     actor_for_user,
-    approves,
     invocation_for_token,
-    may_see_file,
-    may_view,
     token_invocation_id,
 )
 from .errors import BadJson, Forbidden, Invalid, NotFound, ServiceError, TooLarge, Unauthorized
 from .ids import DATASET, DATASET_ITEM, EXPERIMENT, FILE, HOLD, RUN, parse_public_id
 from .models import Dataset, DatasetItem, Experiment, Hold, Run, RunFile, RunState
 from .paging import decode_cursor, encode_cursor, read_page
+from .policy import (
+    may_fail_run,
+    may_read_evals,
+    may_read_file,
+    may_read_hold,
+    may_read_run,
+    may_read_run_state,
+    may_record_evals,
+    may_start_run,
+    may_upload_file,
+    require,
+)
 from .schemas import (
     MAX_ASK_BYTES,
     MAX_FILE_BYTES,
@@ -160,20 +169,15 @@ def stream_body(request, limit: int, into=None) -> tuple[int, str]:
     return size, digest.hexdigest()
 
 
-def viewer_only(actor: Actor) -> None:
-    if not may_view(actor):
-        raise Forbidden("your role may not read holds")
-
-
 def get_hold(actor: Actor, hold_id: str) -> Hold:
+    """The hold, or 404; another run's hold is simply not there for a run token (policy.may_read_hold)."""
     pk = parse_public_id(hold_id, HOLD)
-    holds = Hold.objects.select_related("run", "capability")
-    if actor.kind == "run":
-        # Another run's hold is simply not there for this token.
-        holds = holds.filter(run=actor.run)
-    hold = holds.filter(pk=pk).first() if pk else None
+    hold = Hold.objects.select_related("run", "capability").filter(pk=pk).first() if pk else None
     if hold is None:
         raise NotFound(f"hold {hold_id} does not exist")
+    refusal = may_read_hold(actor, hold)
+    if isinstance(refusal, NotFound):
+        raise refusal
     return hold
 
 
@@ -216,8 +220,7 @@ def ask(request, token: str):
 def hold_detail(request, hold_id: str):
     actor = caller(request)
     hold = get_hold(actor, hold_id)
-    if actor.kind != "run":
-        viewer_only(actor)
+    require(may_read_hold(actor, hold))
     return JsonResponse(serializers.hold_full(hold))
 
 
@@ -256,8 +259,7 @@ def hold_extend(request, hold_id: str):
 def runs(request):
     actor = caller(request)
     body = read_json(request, MAX_ASK_BYTES)
-    if actor.kind != "run" and actor.role not in ("admin", "member"):
-        raise Forbidden("viewers may not start runs")
+    require(may_start_run(actor))
     ratelimit.api_limit("run_start", actor)
     start, errors = validate_start(body)
     idempotency_key = request.headers.get("idempotency-key") or None
@@ -277,10 +279,9 @@ def runs(request):
 def get_run(actor: Actor, run_id: str) -> Run:
     pk = parse_public_id(run_id, RUN)
     run = Run.objects.select_related("capability").filter(pk=pk).first() if pk else None
-    if run is None or (actor.kind == "run" and run.pk != actor.run.pk):
+    if run is None:
         raise NotFound(f"run {run_id} does not exist")
-    if actor.kind != "run":
-        viewer_only(actor)
+    require(may_read_run(actor, run))
     return run
 
 
@@ -294,8 +295,7 @@ def run_detail(request, run_id: str):
 def run_fail(request, run_id: str):
     actor = caller(request)
     body = read_json(request, MAX_ASK_BYTES) if request.META.get("CONTENT_LENGTH") not in (None, "", "0") else {}
-    if actor.kind == "run":
-        raise Forbidden("a run token may not fail runs")
+    require(may_fail_run(actor))
     run = get_run(actor, run_id)
     reason = body.get("reason", "") if isinstance(body, dict) else ""
     run = services.run_fail(run_id=run.pk, actor=actor, reason=str(reason) or f"failed by {actor.label}")
@@ -309,8 +309,7 @@ def run_state(request, run_id: str, key: str):
         raw = read_body(request, MAX_STATE_BYTES)
     run = get_run(actor, run_id)
     # State may hold what the agent keeps from people (a session, a draft): its token and admins read it.
-    if actor.kind != "run" and (request.method != "GET" or not actor.is_admin):
-        raise Forbidden("a run's state is read by its own token and by admins, and written only by its token")
+    require(may_read_run_state(actor, writing=request.method != "GET"))
     if len(key) > MAX_STATE_KEY:
         raise Invalid([{"field": "key", "message": f"at most {MAX_STATE_KEY} characters"}])
     if request.method == "GET":
@@ -337,9 +336,10 @@ def run_state(request, run_id: str, key: str):
 def files(request):
     """An upload streams to a temporary file (never whole into memory), measured and hashed on the way."""
     actor = caller(request)
-    if actor.kind != "run":
+    refusal = may_upload_file(actor)
+    if refusal is not None:
         stream_body(request, MAX_FILE_BYTES)  # a body over the limit is 413 before this 403 (SPEC's order)
-        raise Forbidden("files are uploaded by a run, with its token")
+        raise refusal
     name = (request.headers.get("x-filename") or "").strip()
     content_type = (request.headers.get("content-type") or "application/octet-stream").split(";")[0].strip()
     errors = []
@@ -368,8 +368,9 @@ def file_download(request, file_id: str):
     pk = parse_public_id(file_id, FILE)
     run_file = RunFile.objects.filter(pk=pk).first() if pk else None
     # One answer for "no such file" and "not yours", so file ids tell nothing to those who may not see them.
-    if run_file is None or not may_see_file(actor, run_file):
+    if run_file is None:
         raise NotFound(f"file {file_id} does not exist")
+    require(may_read_file(actor, run_file))
     return serve_file(run_file)
 
 
@@ -411,8 +412,7 @@ MAX_DATASET_ITEM_BYTES = 4 * MAX_ASK_BYTES
 
 def eval_reader(actor: Actor) -> Actor:
     """Datasets and experiments are visible to those who may see the capability's holds; never to a run."""
-    if not services.may_read_evals(actor):
-        raise Forbidden("datasets and experiments are read by people and service accounts with a role")
+    require(may_read_evals(actor))
     return actor
 
 
@@ -421,14 +421,8 @@ def get_dataset(actor: Actor, dataset_id: str) -> Dataset:
     dataset = Dataset.objects.select_related("capability").filter(pk=pk).first() if pk else None
     if dataset is None:
         raise NotFound(f"dataset {dataset_id} does not exist")
-    if not services.may_read_evals(actor):
-        raise Forbidden("datasets are read by people and service accounts with a role")
+    require(may_read_evals(actor))
     return dataset
-
-
-def may_record(actor: Actor, dataset: Dataset) -> None:
-    if not approves(actor, dataset.capability):
-        raise Forbidden(f"only approvers of {dataset.capability.name} change its datasets and start experiments")
 
 
 def cursor_filter(rows, params):
@@ -458,8 +452,7 @@ def datasets(request):
         )
         return JsonResponse(page_wire(rows, lambda d: experiments.dataset_wire(d, d.live_items)))
     body = read_json(request, MAX_ASK_BYTES)
-    if actor.kind == "run":
-        raise Forbidden("a run token may not create datasets")
+    require(may_record_evals(actor, None))
     start, errors = validate_dataset(body)
     if errors:
         raise Invalid(errors)
@@ -484,7 +477,7 @@ def dataset_items(request, dataset_id: str):
         return JsonResponse(page_wire(rows.order_by("-pk"), experiments.item_wire))
     body = read_json(request, MAX_DATASET_ITEM_BYTES)
     dataset = get_dataset(actor, dataset_id)
-    may_record(actor, dataset)
+    require(may_record_evals(actor, dataset.capability))
     parsed, errors = validate_dataset_item(body)
     if errors:
         raise Invalid(errors)
@@ -513,7 +506,7 @@ def dataset_item(request, dataset_id: str, item_id: str):
         raise NotFound(f"dataset item {item_id} does not exist in {dataset.public_id}")
     if request.method == "GET":
         return JsonResponse(experiments.item_wire(item))
-    may_record(actor, dataset)
+    require(may_record_evals(actor, dataset.capability))
     item.dataset = dataset
     services.dataset_item_delete(item=item, actor=actor)
     return HttpResponse(status=204)
@@ -527,12 +520,11 @@ def experiments_list(request):
         rows = cursor_filter(Experiment.objects.order_by("-pk"), request.GET)
         return JsonResponse(page_wire(rows, experiments.experiment_brief))
     body = read_json(request, MAX_ASK_BYTES)
-    if actor.kind == "run":
-        raise Forbidden("a run token may not start experiments")
+    require(may_record_evals(actor, None))
     dataset_id = body.get("dataset") if isinstance(body, dict) else None
     dataset = get_dataset(actor, dataset_id) if isinstance(dataset_id, str) and dataset_id else None
     if dataset is not None:
-        may_record(actor, dataset)
+        require(may_record_evals(actor, dataset.capability))
     _, errors = validate_experiment(body)
     if errors:
         raise Invalid(errors)

@@ -22,6 +22,7 @@ from .auth import actor_for_user
 from .ids import HOLD, RUN, parse_public_id, public_id
 from .models import AuditEvent, AuditKind
 from .paging import decode_cursor, encode_cursor, read_page
+from .policy import may_administer
 
 
 @dataclass
@@ -117,8 +118,9 @@ def filtered(filters: Filters):
 
 def _admin(request):
     actor = actor_for_user(request.user)
-    if not actor.is_admin:
-        raise PermissionDenied("Only admins read the audit log.")
+    refusal = may_administer(actor, "read the audit log")
+    if refusal is not None:
+        raise PermissionDenied(refusal.message)
     return actor
 
 

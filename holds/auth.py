@@ -1,4 +1,4 @@
-"""Who is calling: run tokens, service-account keys, sessions, and what their role allows.
+"""Who is calling: run tokens, service-account keys, sessions. What they may do is policy.py's to say.
 
 Run tokens are derived (HMAC of the invocation id under a server key) so a delivery retry can
 send the same token again, and only their sha256 is stored. Service-account keys are random and
@@ -13,11 +13,9 @@ import secrets
 from dataclasses import dataclass
 
 from django.conf import settings
-from django.db.models import BooleanField
-from django.db.models.expressions import RawSQL
 
 from . import rows
-from .models import Capability, Hold, Invocation, Role, Run, RunFile, ServiceAccount
+from .models import Capability, Invocation, Role, Run, ServiceAccount
 
 TOKEN_PREFIX = "tok_"
 KEY_PREFIX = "rqk_"
@@ -191,62 +189,3 @@ def account_for_key(key: str) -> ServiceAccount | None:
     if account is None or not hmac.compare_digest(account.key_hash, sha256_hex(key)):
         return None
     return account
-
-
-def approves(actor: Actor, capability: Capability) -> bool:
-    """The actor's role is one of the capability's approvers (people and service accounts only)."""
-    return actor.kind in ("user", "account") and actor.role is not None and actor.role in (capability.approvers or [])
-
-
-def _started_by_sql(actor: Actor) -> tuple[str, list]:
-    """True for a hold whose run, or any ancestor run, this actor started (a recursive walk up from
-    the hold's run; runs are a few levels deep)."""
-    column = "started_by_user_id" if actor.kind == "user" else "started_by_account_id"
-    starter = actor.user.pk if actor.kind == "user" else actor.account.pk
-    return (
-        "EXISTS (WITH RECURSIVE chain(id, parent_id, starter) AS ("
-        f"SELECT r.id, r.parent_id, r.{column} FROM holds_run r WHERE r.id = holds_hold.run_id"
-        f" UNION ALL SELECT p.id, p.parent_id, p.{column} FROM holds_run p JOIN chain ON p.id = chain.parent_id)"
-        " SELECT 1 FROM chain WHERE chain.starter = %s)",
-        [starter],
-    )
-
-
-def decidable_holds(actor: Actor, holds, capabilities: list[Capability]):
-    """THE rule of who may decide what, as a filter on a queryset of holds: holds of capabilities
-    whose approvers include the actor's role, minus, where `self_approval` is false, holds whose run
-    (or any ancestor run) the actor started. The queue lists with it and may_decide asks it."""
-    allowed = [c.pk for c in capabilities if approves(actor, c)]
-    holds = holds.filter(capability_id__in=allowed)
-    strict = [c.pk for c in capabilities if c.pk in allowed and not c.self_approval]
-    if strict:
-        started, params = _started_by_sql(actor)
-        holds = holds.alias(started_by_actor=RawSQL(started, params, output_field=BooleanField())).exclude(
-            capability_id__in=strict, started_by_actor=True
-        )
-    return holds
-
-
-def may_decide(actor: Actor, hold: Hold) -> bool:
-    """May this actor decide this hold (its capability loaded)? decidable_holds' answer; the query
-    runs only where self-approval is off (elsewhere the role is the whole rule)."""
-    if not approves(actor, hold.capability):
-        return False
-    if hold.capability.self_approval:
-        return True
-    return decidable_holds(actor, Hold.objects.filter(pk=hold.pk), [hold.capability]).exists()
-
-
-def may_view(actor: Actor) -> bool:
-    return actor.kind in ("user", "account") and actor.role is not None
-
-
-def may_see_file(actor: Actor, run_file: RunFile) -> bool:
-    """A file goes to its run's token, and to those who may see a hold that lists it (SPEC): a file
-    that no hold lists stays between the agent and its run."""
-    if actor.kind == "run":
-        return run_file.run_id == actor.run.pk
-    if not may_view(actor):
-        return False
-    listed = Hold.objects.filter(run_id=run_file.run_id).values_list("files", flat=True)
-    return any(run_file.public_id in (files or []) for files in listed)

@@ -14,10 +14,10 @@ from django.shortcuts import render
 from django.views.decorators.http import require_POST
 
 from . import queries
-from .auth import may_decide
 from .by_confidence import DEFAULT_THRESHOLD, THRESHOLDS, score
 from .forms import DecisionForm
-from .views import _is_open, _item_views, _load, _viewer
+from .policy import decide_refusal
+from .views import _item_views, _load, _viewer
 
 
 @require_POST
@@ -25,7 +25,7 @@ from .views import _is_open, _item_views, _load, _viewer
 def by_confidence_preview(request, hold_id: str):
     actor = _viewer(request)
     hold = _load(hold_id)
-    if not (_is_open(hold) and may_decide(actor, hold)):
+    if decide_refusal(actor, hold) is not None:
         return HttpResponse("This hold cannot be decided by you now.", status=403, content_type="text/plain")
     chosen = request.POST.get("threshold", DEFAULT_THRESHOLD)
     if chosen not in THRESHOLDS:

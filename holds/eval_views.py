@@ -14,11 +14,12 @@ from django.urls import reverse
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 from . import experiments, services
-from .auth import Actor, actor_for_user, approves
+from .auth import Actor, actor_for_user
 from .errors import Invalid, RateLimited, ServiceError
 from .ids import DATASET, DATASET_ITEM, EXPERIMENT, HOLD, parse_public_id
 from .models import Dataset, DatasetItem, Experiment, Hold, Run
 from .paging import decode_cursor, encode_cursor, read_page
+from .policy import may_read_evals, may_record_evals
 from .responses import see_other
 
 RUN_COUNTS = {
@@ -33,7 +34,7 @@ RUN_COUNTS = {
 
 def _reader(request) -> Actor:
     actor = actor_for_user(request.user)
-    if not services.may_read_evals(actor):
+    if may_read_evals(actor) is not None:
         raise PermissionDenied("your account has no role")
     return actor
 
@@ -152,7 +153,7 @@ def dataset_page(request, dataset_id: str):
         else "",
         "first_url": reverse("dataset", args=[dataset.public_id]),
         "experiments": Experiment.objects.filter(dataset=dataset).order_by("-pk")[:10],
-        "may_record": approves(actor, dataset.capability),
+        "may_record": may_record_evals(actor, dataset.capability) is None,
         "nav": "experiments",
         "role": actor.role,
     }
@@ -209,7 +210,7 @@ def hold_add_to_dataset(request, hold_id: str):
     problem = None
     if hold.status not in (Hold.Status.DECIDED, Hold.Status.EXPIRED):
         problem = "Only a decided or expired hold's run is recorded."
-    elif not approves(actor, capability):
+    elif may_record_evals(actor, capability) is not None:
         problem = f"Only approvers of {capability.name} add to its datasets."
     else:
         problem = services.recordable_run_problem(run, capability.pk)

@@ -16,7 +16,6 @@ from datetime import timedelta
 
 import httpx
 from django.conf import settings
-from django.contrib.auth import get_user_model
 from django.core import mail
 from django.db.models import DateTimeField, F, Max, Q, Value
 from django.template.loader import render_to_string
@@ -25,6 +24,7 @@ from django.utils import timezone
 
 from .config import REMIND_BEFORE, REMIND_MIN_LIFE
 from .models import Capability, Hold, Notification
+from .policy import deciders_of
 
 log = logging.getLogger(__name__)
 
@@ -94,20 +94,9 @@ def one_line(text: str, limit: int = 200) -> str:
 
 
 def approver_emails(hold: Hold) -> list[str]:
-    """Active people whose role approves this capability and who have an address.
-
-    Whoever started the run is left out when `self_approval: false`: they could not decide it.
-    """
-    approvers = list(hold.capability.approvers or [])
-    people = (
-        get_user_model()
-        .objects.filter(is_active=True)
-        .exclude(email="")
-        .filter(Q(membership__role__in=approvers) | (Q(is_superuser=True) if "admin" in approvers else Q(pk__in=[])))
-    )
-    if not hold.capability.self_approval and hold.run.started_by_user_id:
-        people = people.exclude(pk=hold.run.started_by_user_id)
-    return sorted(set(people.values_list("email", flat=True)))
+    """The addresses of the people who may decide this hold (policy.deciders_of): whoever started its
+    run, or any run above it, is left out when `self_approval: false`."""
+    return sorted(set(deciders_of(hold).exclude(email="").values_list("email", flat=True)))
 
 
 def left_words(hold: Hold) -> str:

@@ -20,9 +20,10 @@ from django.utils.safestring import SafeString
 from django.views.decorators.http import require_GET, require_POST
 
 from . import rendering, rollup, services
-from .auth import actor_for_user, may_view
+from .auth import actor_for_user
 from .errors import Forbidden, ServiceError
 from .models import Invocation
+from .policy import may_read
 from .responses import see_other
 from .rollup import HOUR, floor_hour, percentile
 
@@ -261,7 +262,7 @@ def ops_context(actor) -> dict:
 
 def _ops_actor(request):
     actor = actor_for_user(request.user)
-    if not may_view(actor):
+    if may_read(actor) is not None:
         raise PermissionDenied("your account has no role")
     return actor
 

@@ -9,15 +9,14 @@ from django.utils import timezone
 from django.views.decorators.http import require_POST
 
 from . import presence, ratelimit, services
-from .auth import may_decide
 from .errors import Conflict, Forbidden, NotFound, RateLimited
+from .policy import sees_presence
 from .responses import see_other
-from .views import _is_open, _load, _viewer
+from .views import _load, _viewer
 
 
 def _context(request, hold, actor) -> dict:
-    shown = _is_open(hold) and may_decide(actor, hold)
-    return {"hold": hold, **presence.hold_context(hold, request.user, shown=shown)}
+    return {"hold": hold, **presence.hold_context(hold, request.user, shown=sees_presence(actor, hold))}
 
 
 @require_POST
@@ -31,7 +30,7 @@ def hold_presence(request, hold_id: str):
     # with the database's clock); just looking writes nothing.
     due = timezone.now() + services.CLAIM_FOR - services.RENEW_EVERY
     if hold.claimed_by_id == request.user.pk and hold.claimed_until and hold.claimed_until <= due:
-        if _is_open(hold) and may_decide(actor, hold) and services.hold_claim_renew(hold_id=hold.pk, actor=actor):
+        if sees_presence(actor, hold) and services.hold_claim_renew(hold_id=hold.pk, actor=actor):
             hold = _load(hold_id)
     return render(request, "holds/_presence.html", _context(request, hold, actor))
 

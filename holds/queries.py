@@ -11,10 +11,11 @@ from datetime import datetime, timedelta
 from django.db.models import F, Q, Value
 from django.utils import timezone
 
-from .auth import Actor, decidable_holds
+from .auth import Actor
 from .ids import FILE, parse_public_id
 from .models import Capability, Hold, HoldItem, Invocation, RunFile
 from .paging import PAGE_SIZE, encode_cursor, read_cursor, read_page
+from .policy import decidable_holds
 
 NEW_CAP = 99  # "99+ new": the new-holds probe reads at most this many ids + 1
 

@@ -27,6 +27,7 @@ from . import services
 from .auth import Actor, actor_for_user, role_of_user
 from .errors import Forbidden, Invalid, ServiceError
 from .models import Capability, Role, ServiceAccount
+from .policy import may_administer
 from .responses import SeeOther, see_other
 
 APPROVER_ROLES = (Role.ADMIN, Role.MEMBER)
@@ -66,8 +67,9 @@ class AccountForm(forms.Form):
 
 def _admin(request) -> Actor:
     actor = actor_for_user(request.user)
-    if not actor.is_admin:
-        raise PermissionDenied("Only admins manage the team.")
+    refusal = may_administer(actor, "manage the team")
+    if refusal is not None:
+        raise PermissionDenied(refusal.message)
     return actor
 
 

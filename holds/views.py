@@ -21,12 +21,13 @@ from django_htmx.http import reswap, retarget
 
 from . import by_confidence, presence, queries, ratelimit, rendering, services
 from .api import serve_file
-from .auth import Actor, actor_for_user, approves, may_decide, may_see_file, may_view
+from .auth import Actor, actor_for_user
 from .errors import Conflict, Forbidden, Invalid, NotFound, RateLimited
 from .forms import ACTION_LABELS, DecisionForm, ItemForm, parse_confirmed
 from .ids import FILE, HOLD, parse_public_id
 from .models import Capability, Hold, HoldItem, RunFile
 from .paging import BadCursor
+from .policy import approves, decidable_ids, decide_refusal, is_open, may_decide, may_read, may_read_file, sees_presence
 from .responses import see_other
 from .schemas import changed_fields
 
@@ -89,7 +90,9 @@ def queue(request):
 def _annotate_presence(actor: Actor, rows: list[Hold], user) -> None:
     """Who else is looking at, and who claimed, each row the person may decide (one cache round trip)."""
     now = timezone.now()
-    deciding = [h for h in rows if approves(actor, h.capability)]
+    # Only where they may decide (policy.decidable_ids): a run's starter sees no claim on their own run's hold.
+    allowed = decidable_ids(actor, rows)
+    deciding = [h for h in rows if h.pk in allowed]
     looking = presence.others_many([h.pk for h in deciding], user)
     for hold in deciding:
         hold.looking = looking.get(hold.pk, [])
@@ -158,13 +161,9 @@ def _load(hold_id: str) -> Hold:
 
 def _viewer(request) -> Actor:
     actor = actor_for_user(request.user)
-    if not may_view(actor):
+    if may_read(actor) is not None:
         raise PermissionDenied("your account has no role")
     return actor
-
-
-def _is_open(hold: Hold) -> bool:
-    return hold.status == Hold.Status.PENDING and (hold.expires_at is None or hold.expires_at > timezone.now())
 
 
 def _item_views(form: DecisionForm) -> list[ItemView]:
@@ -209,7 +208,7 @@ def extend_choices(hold: Hold) -> list[tuple[int, str]]:
 def _hold_context(request, hold: Hold, actor: Actor, form: DecisionForm | None = None) -> dict:
     items = queries.hold_items(hold)
     form = form or DecisionForm(hold, items)
-    open_ = _is_open(hold)
+    open_ = is_open(hold)
     decider = may_decide(actor, hold)
     return {
         "hold": hold,
@@ -229,7 +228,7 @@ def _hold_context(request, hold: Hold, actor: Actor, form: DecisionForm | None =
         "role": actor.role,
         "extend_choices": extend_choices(hold) if decider and open_ else [],
         "bc_thresholds": by_confidence.THRESHOLDS,
-        **presence.hold_context(hold, request.user, shown=decider and open_),
+        **presence.hold_context(hold, request.user, shown=sees_presence(actor, hold)),
     }
 
 
@@ -251,7 +250,7 @@ def hold_review(request, hold_id: str):
     """The last look: what will be sent, before it is sent. Nothing is written here."""
     actor = _viewer(request)
     hold = _load(hold_id)
-    refusal = services.decide_refusal(actor, hold, request.POST.get("fingerprint") or "")
+    refusal = decide_refusal(actor, hold, request.POST.get("fingerprint") or "")
     if refusal is not None:
         return _refused(request, hold, refusal)
     form = DecisionForm(hold, queries.hold_items(hold), data=request.POST)
@@ -417,6 +416,6 @@ def file_download(request, file_id: str):
     pk = parse_public_id(file_id, FILE)
     run_file = RunFile.objects.filter(pk=pk).first() if pk else None
     # The same 404 for "no such file" and "not yours" (api.file_download).
-    if run_file is None or not may_see_file(actor, run_file):
+    if run_file is None or may_read_file(actor, run_file) is not None:
         raise Http404(f"file {file_id} does not exist")
     return serve_file(run_file)

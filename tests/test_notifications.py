@@ -9,7 +9,7 @@ from django.core import mail
 from django.utils import timezone
 
 from holds import notifications, notify_tasks, services
-from holds.auth import actor_for_user
+from holds.auth import actor_for_invocation, actor_for_user
 from holds.models import Hold, Notification
 from holds.services import ports
 from tests import factories
@@ -375,3 +375,15 @@ def test_remind_before_reminds_once_when_the_time_left_falls_below_it_and_again_
     sent.clear()
     assert notify_tasks.remind_due(now=now + dt.timedelta(hours=23, minutes=30)) == 1  # the default rule
     assert sent == [(default.pk, "reminder")]
+
+
+def test_it_leaves_out_who_started_a_run_two_levels_up_without_self_approval(people):
+    # Regression: only the direct starter was left out, so the grandparent run's starter was
+    # e-mailed about a hold they may not decide (policy.deciders_of is the queue's rule).
+    cap = factories.capability(self_approval=False)
+    grandparent = factories.start_run(cap, actor=actor_for_user(people["mona"]))
+    parent = factories.start_run(cap, actor=actor_for_invocation(factories.deliver_now(grandparent)[0]))
+    child = factories.start_run(cap, actor=actor_for_invocation(factories.deliver_now(parent)[0]))
+    hold = services.hold_ask(invocation=factories.deliver_now(child)[0], body=factories.ask_body())
+    notifications.deliver(hold_id=hold.pk, kind="asked", channel="email")
+    assert [m.to for m in mail.outbox] == [["alice@example.com"]]

@@ -9,11 +9,13 @@ import itertools
 import json
 
 import pytest
+from django.db import transaction
 
 from holds import services
-from holds.auth import SYSTEM, actor_for_account, actor_for_invocation, actor_for_user, decidable_holds, may_decide
+from holds.auth import SYSTEM, actor_for_account, actor_for_invocation, actor_for_user
 from holds.errors import Forbidden
-from holds.models import Hold, Invocation
+from holds.models import DatasetItem, Hold, Invocation, Run
+from holds.policy import decidable_holds, may_decide
 from tests import factories
 
 pytestmark = pytest.mark.django_db
@@ -38,7 +40,11 @@ def expected(role, approvers, self_approval, starter) -> bool:
 
 
 def held_hold_started_by(cap, actor):
-    run = factories.start_run(cap, actor=actor)
+    run = factories.start_run(cap)
+    # Written as the starter directly: a viewer starts no runs (policy.may_start_run), yet may have
+    # started this one before their role changed.
+    if actor is not SYSTEM:
+        Run.objects.filter(pk=run.pk).update(started_by_user=actor.user, started_by_account=actor.account)
     invocation, _ = factories.deliver_now(run)
     hold = services.hold_ask(invocation=invocation, body=factories.ask_body())
     factories.answer(invocation, {"status": "suspended", "hold_id": hold.public_id})
@@ -134,7 +140,7 @@ def test_it_applies_a_role_change_to_the_very_next_decision(api, admin_user):
 
 @pytest.mark.parametrize("starter_kind", ["person", "account"])
 def test_a_grandchild_runs_hold_is_neither_listed_nor_decidable_for_who_started_the_grandparent(client, starter_kind):
-    # The queue and the decision ask one rule (auth.decidable_holds): a hold two runs down from the
+    # The queue and the decision ask one rule (policy.decidable_holds): a hold two runs down from the
     # run its decider started must be left out of that person's queue, not listed and then refused.
     cap = factories.capability(self_approval=False)
     if starter_kind == "person":
@@ -166,3 +172,280 @@ def test_a_grandchild_runs_hold_is_neither_listed_nor_decidable_for_who_started_
         assert hold.public_id not in client.get("/").content.decode()
         client.force_login(other.user)
         assert hold.public_id in client.get("/").content.decode()
+
+
+# --- every entry point x every kind of actor ------------------------------------------------------
+#
+# Each URL pattern has rows here: (name, method) -> the actors it lets through. An actor is refused
+# when the answer is 401, 403 or 404, a redirect to the sign-in page, or, for the pages that turn a
+# refusal into a message on a 303, when the change did not happen (EFFECTS). A URL pattern added
+# without a row fails test_every_url_pattern_has_a_row (policy.py is the one place that answers).
+
+ACTORS = ("admin", "member", "member_other", "viewer", "starter", "grandstarter", "account", "token")
+PEOPLE = {"admin", "member", "member_other", "viewer", "starter", "grandstarter"}
+EVERYONE = set(ACTORS)
+DECIDE_UI = {"admin", "member"}  # member_other: admin-only capability; (grand)starter: their own run
+DECIDE_API = DECIDE_UI | {"account"}
+READ_API = PEOPLE | {"account"}
+RECORD = {"admin", "member", "starter", "grandstarter"}  # approvers of the capability (no starter rule)
+ADMIN = {"admin"}
+
+
+class World:
+    """Two capabilities without self-approval: `cap` (admin and member approve) and `admin_cap` (admin
+    only). In `cap`: a hold two runs below a run `grandstarter` started (its run token live), a hold
+    of a run `starter` started; in `admin_cap`, the hold `member_other` is shown. Each lists a file;
+    each capability has a dataset with an item and an experiment."""
+
+    def __init__(self):
+        self.cap = factories.capability(self_approval=False)
+        self.admin_cap = factories.capability(name="admin_only", approvers=["admin"], self_approval=False)
+        self.people = {
+            name: factories.person(name, role=role)
+            for name, role in (
+                ("admin", "admin"),
+                ("member", "member"),
+                ("member_other", "member"),
+                ("viewer", "viewer"),
+                ("starter", "member"),
+                ("grandstarter", "member"),
+            )
+        }
+        self.account, self.key = factories.account("robot", role="member")
+        grandparent = factories.start_run(self.cap, actor=actor_for_user(self.people["grandstarter"]))
+        parent = factories.start_run(self.cap, actor=actor_for_invocation(factories.deliver_now(grandparent)[0]))
+        child = factories.start_run(self.cap, actor=actor_for_invocation(factories.deliver_now(parent)[0]))
+        self.hold, self.token = self._hold(child)
+        self.own_hold = self._hold(factories.start_run(self.cap, actor=actor_for_user(self.people["starter"])))[0]
+        self.admin_hold = self._hold(factories.start_run(self.admin_cap))[0]
+        services.run_state_put(run=self.hold.run, key="k", value=1, actor=SYSTEM)
+        self.datasets = {cap.pk: self._dataset(cap) for cap in (self.cap, self.admin_cap)}
+        self.invocation = Invocation.objects.filter(run=self.admin_hold.run).first()
+
+    def _hold(self, run):
+        invocation, token = factories.deliver_now(run)
+        run_file = factories.run_file(run)
+        hold = services.hold_ask(invocation=invocation, body=factories.ask_body(files=[run_file.public_id]))
+        hold.file = run_file
+        return hold, token
+
+    def _dataset(self, cap):
+        admin = actor_for_user(self.people["admin"])
+        dataset = services.dataset_create(name=f"set of {cap.name}", capability_name=cap.name, actor=admin)
+        item = services.dataset_item_add(
+            dataset=dataset, actor=admin, input={}, recorded_holds=[], expected_output=None
+        )
+        experiment, _ = services.experiment_start(dataset=dataset, actor=admin)
+        return dataset, item, experiment
+
+    def hold_of(self, actor: str):
+        return {"starter": self.own_hold, "member_other": self.admin_hold}.get(actor, self.hold)
+
+    def evals_of(self, actor: str):
+        hold = self.hold_of(actor)
+        return self.datasets[hold.capability_id]
+
+
+def _decision(w, a):
+    hold = w.hold_of(a)
+    return {"decision": json.dumps(DECISION), "fingerprint": hold.fingerprint}
+
+
+def _extended(w, a):
+    hold = w.hold_of(a)
+    return Hold.objects.get(pk=hold.pk).expires_at > hold.expires_at
+
+
+# (name, method) -> (path(world, actor), body(world, actor) or None, allowed actors)
+H = lambda w, a: w.hold_of(a).public_id  # noqa: E731
+D = lambda w, a: w.evals_of(a)[0].public_id  # noqa: E731
+ROWS = {
+    ("login", "GET"): (lambda w, a: "/login/", None, EVERYONE),
+    ("logout", "POST"): (lambda w, a: "/logout/", {}, EVERYONE),
+    ("queue", "GET"): (lambda w, a: "/", None, PEOPLE),
+    ("history", "GET"): (lambda w, a: "/history", None, PEOPLE),
+    ("hold", "GET"): (lambda w, a: f"/holds/{H(w, a)}", None, PEOPLE),
+    ("hold-review", "POST"): (lambda w, a: f"/holds/{H(w, a)}/review", _decision, DECIDE_UI),
+    ("hold-decision", "POST"): (lambda w, a: f"/holds/{H(w, a)}/decision", _decision, DECIDE_UI),
+    ("hold-extend", "POST"): (
+        lambda w, a: f"/holds/{H(w, a)}/extend",
+        lambda w, a: {"expires_in": 7 * 86400, "reason": "more time"},
+        DECIDE_UI,
+    ),
+    ("hold-presence", "POST"): (lambda w, a: f"/holds/{H(w, a)}/presence", {}, DECIDE_UI),
+    ("hold-claim", "POST"): (lambda w, a: f"/holds/{H(w, a)}/claim", {}, DECIDE_UI),
+    ("hold-by-confidence", "POST"): (lambda w, a: f"/holds/{H(w, a)}/by-confidence", {"threshold": "0.5"}, DECIDE_UI),
+    ("calibration", "GET"): (lambda w, a: "/calibration", None, PEOPLE),
+    ("calibration-csv", "GET"): (lambda w, a: "/calibration.csv", None, PEOPLE),
+    ("file", "GET"): (lambda w, a: f"/files/{w.hold_of(a).file.public_id}", None, PEOPLE),
+    ("hold-add-to-dataset", "GET"): (lambda w, a: f"/holds/{H(w, a)}/dataset", None, PEOPLE),
+    ("experiments", "GET"): (lambda w, a: "/experiments", None, PEOPLE),
+    ("experiment", "GET"): (lambda w, a: f"/experiments/{w.evals_of(a)[2].public_id}", None, PEOPLE),
+    ("datasets", "GET"): (lambda w, a: "/datasets", None, PEOPLE),
+    ("dataset", "GET"): (lambda w, a: f"/datasets/{D(w, a)}", None, PEOPLE),
+    ("dataset-experiment-start", "POST"): (lambda w, a: f"/datasets/{D(w, a)}/experiments", {}, RECORD),
+    ("dataset-item-delete", "POST"): (
+        lambda w, a: f"/datasets/{D(w, a)}/items/{w.evals_of(a)[1].public_id}/delete",
+        {},
+        RECORD,
+    ),
+    ("team", "GET"): (lambda w, a: "/team", None, ADMIN),
+    ("team-person-add", "POST"): (lambda w, a: "/team/people", {"username": "newcomer", "role": "member"}, ADMIN),
+    ("team-person-role", "POST"): (
+        lambda w, a: f"/team/people/{w.people['viewer'].pk}/role",
+        {"role": "member"},
+        ADMIN,
+    ),
+    ("team-person-active", "POST"): (
+        lambda w, a: f"/team/people/{w.people['viewer'].pk}/active",
+        {"active": ""},
+        ADMIN,
+    ),
+    ("team-account-add", "POST"): (lambda w, a: "/team/accounts", {"name": "bot2", "role": "member"}, ADMIN),
+    ("team-account-role", "POST"): (lambda w, a: f"/team/accounts/{w.account.pk}/role", {"role": "admin"}, ADMIN),
+    ("team-account-revoke", "POST"): (lambda w, a: f"/team/accounts/{w.account.pk}/revoke", {}, ADMIN),
+    ("team-capability", "POST"): (
+        lambda w, a: f"/team/capabilities/{w.cap.pk}",
+        {"approvers": ["admin", "member"]},
+        ADMIN,
+    ),
+    # A set-password link is its own credential (Django's token), for someone not signed in.
+    ("team-set-password", "GET"): (lambda w, a: "/team/set-password/MQ/not-a-token", None, EVERYONE),
+    ("team-password-set", "GET"): (lambda w, a: "/team/password-set", None, EVERYONE),
+    ("audit", "GET"): (lambda w, a: "/audit", None, ADMIN),
+    ("audit-csv", "GET"): (lambda w, a: "/audit.csv", None, ADMIN),
+    ("ops", "GET"): (lambda w, a: "/ops", None, PEOPLE),
+    ("ops-fragment", "GET"): (lambda w, a: "/ops/fragment", None, PEOPLE),
+    ("ops-retry", "POST"): (lambda w, a: f"/ops/invocations/{w.invocation.id}/retry", {}, ADMIN),
+    ("ops-enable", "POST"): (lambda w, a: f"/ops/capabilities/{w.cap.pk}/enable", {}, ADMIN),
+    ("healthz", "GET"): (lambda w, a: "/healthz", None, EVERYONE),
+    ("api-holds", "GET"): (lambda w, a: "/v0/holds", None, EVERYONE),
+    ("api-holds", "POST"): (lambda w, a: "/v0/holds", lambda w, a: factories.ask_body(), {"token"}),
+    ("api-hold", "GET"): (lambda w, a: f"/v0/holds/{H(w, a)}", None, EVERYONE),
+    ("api-hold-decision", "POST"): (lambda w, a: f"/v0/holds/{H(w, a)}/decision", DECISION, DECIDE_API),
+    ("api-hold-extend", "POST"): (
+        lambda w, a: f"/v0/holds/{H(w, a)}/extend",
+        {"expires_in": 7 * 86400, "reason": "more time"},
+        DECIDE_API,
+    ),
+    ("api-runs", "POST"): (lambda w, a: "/v0/runs", {"capability": "pay_invoices", "input": {}}, EVERYONE - {"viewer"}),
+    ("api-run", "GET"): (lambda w, a: f"/v0/runs/{w.hold.run.public_id}", None, EVERYONE),
+    ("api-run-fail", "POST"): (lambda w, a: f"/v0/runs/{w.hold.run.public_id}/fail", {}, ADMIN),
+    ("api-run-state", "GET"): (lambda w, a: f"/v0/runs/{w.hold.run.public_id}/state/k", None, {"admin", "token"}),
+    ("api-run-state", "PUT"): (lambda w, a: f"/v0/runs/{w.hold.run.public_id}/state/k", 2, {"token"}),
+    ("api-files", "POST"): (lambda w, a: "/v0/files", "upload", {"token"}),
+    ("api-file", "GET"): (lambda w, a: f"/v0/files/{w.hold_of(a).file.public_id}", None, EVERYONE),
+    ("api-invocation-retry", "POST"): (lambda w, a: f"/v0/invocations/{w.invocation.id}/retry", {}, ADMIN),
+    ("api-datasets", "GET"): (lambda w, a: "/v0/datasets", None, READ_API),
+    ("api-datasets", "POST"): (
+        lambda w, a: "/v0/datasets",
+        lambda w, a: {"name": f"new by {a}", "capability": w.hold_of(a).capability.name},
+        RECORD | {"account"},
+    ),
+    ("api-dataset", "GET"): (lambda w, a: f"/v0/datasets/{D(w, a)}", None, READ_API),
+    ("api-dataset-items", "GET"): (lambda w, a: f"/v0/datasets/{D(w, a)}/items", None, READ_API),
+    ("api-dataset-items", "POST"): (lambda w, a: f"/v0/datasets/{D(w, a)}/items", {"input": {}}, RECORD | {"account"}),
+    ("api-dataset-item", "GET"): (
+        lambda w, a: f"/v0/datasets/{D(w, a)}/items/{w.evals_of(a)[1].public_id}",
+        None,
+        READ_API,
+    ),
+    ("api-dataset-item", "DELETE"): (
+        lambda w, a: f"/v0/datasets/{D(w, a)}/items/{w.evals_of(a)[1].public_id}",
+        None,
+        RECORD | {"account"},
+    ),
+    ("api-experiments", "GET"): (lambda w, a: "/v0/experiments", None, READ_API),
+    ("api-experiments", "POST"): (
+        lambda w, a: "/v0/experiments",
+        lambda w, a: {"dataset": D(w, a)},
+        RECORD | {"account"},
+    ),
+    ("api-experiment", "GET"): (lambda w, a: f"/v0/experiments/{w.evals_of(a)[2].public_id}", None, READ_API),
+    ("api-openapi", "GET"): (lambda w, a: "/v0/openapi.json", None, EVERYONE),
+    ("api-docs", "GET"): (lambda w, a: "/v0/docs", None, EVERYONE),
+}
+
+# Pages that answer a refusal with a message on a 303: whether the change happened.
+EFFECTS = {
+    "hold-extend": _extended,
+    "hold-claim": lambda w, a: Hold.objects.get(pk=w.hold_of(a).pk).claimed_by_id == w.people[a].pk,
+    "dataset-experiment-start": lambda w, a: w.evals_of(a)[0].experiments.count() == 2,
+    "dataset-item-delete": lambda w, a: DatasetItem.objects.get(pk=w.evals_of(a)[1].pk).deleted_at is not None,
+}
+# Fragments that answer everyone who may read the hold, showing controls only to who may use them.
+SHOWN = {"hold-presence": 'id="presence"'}
+
+# Routes with no actor: the Django admin (is_staff, tests/test_security_admin.py) and /metrics (its own
+# bearer token, tests/test_metrics.py); bench/ views exist only with RQ_BENCH_VIEWS.
+NOT_ACTOR_ROUTES = {"metrics"}
+
+
+def _url_names() -> set[str]:
+    from django.urls import URLPattern, URLResolver, get_resolver
+
+    names = set()
+
+    def walk(patterns):
+        for pattern in patterns:
+            if isinstance(pattern, URLResolver):
+                if pattern.namespace != "admin":
+                    walk(pattern.url_patterns)
+            elif isinstance(pattern, URLPattern):
+                names.add(pattern.name or str(pattern.pattern))
+
+    walk(get_resolver().url_patterns)
+    return names
+
+
+def test_every_url_pattern_has_a_row():
+    assert _url_names() - {"admin/login/"} == {name for name, _ in ROWS} | NOT_ACTOR_ROUTES
+
+
+def _call(w: World, actor: str, name: str, method: str):
+    from django.test import Client
+
+    path, body, _ = ROWS[(name, method)]
+    url = path(w, actor)
+    body = body(w, actor) if callable(body) else body
+    client, headers = Client(), {}
+    if actor == "token":
+        headers["x-agentos-run-token"] = w.token
+    elif actor == "account":
+        headers["authorization"] = f"Bearer {w.key}"
+    else:
+        client.force_login(w.people[actor])
+    if name.startswith("api-") and method != "GET":
+        if body == "upload":
+            headers["x-filename"] = "a.txt"
+            return client.post(url, data=b"hello", content_type="text/plain", headers=headers)
+        call = getattr(client, method.lower())
+        return call(url, data=json.dumps(body), content_type="application/json", headers=headers)
+    if method == "GET":
+        return client.get(url, headers=headers)
+    return client.post(url, body, headers=headers)
+
+
+def _let_through(w: World, actor: str, name: str, response) -> bool:
+    if response.status_code in (401, 403, 404):
+        return False
+    if response.status_code in (301, 302) and "/login/?next=" in response.get("Location", ""):
+        return False
+    if name in EFFECTS and actor in PEOPLE:
+        return EFFECTS[name](w, actor)
+    if name in SHOWN:
+        return SHOWN[name] in response.content.decode()
+    return True
+
+
+@pytest.mark.parametrize("name,method", list(ROWS))
+def test_every_entry_point_lets_through_only_its_rows_actors(settings, name, method):
+    settings.RQ_PUBLIC_URL = "http://testserver"
+    w = World()
+    through = {}
+    for actor in ACTORS:
+        with transaction.atomic():  # each actor sees the world as built (rolled back to this savepoint)
+            response = _call(w, actor, name, method)
+            through[actor] = _let_through(w, actor, name, response)
+            transaction.set_rollback(True)
+    assert {a for a, ok in through.items() if ok} == ROWS[(name, method)][2]

@@ -117,3 +117,16 @@ def test_viewers_and_decided_holds_cannot_be_claimed(cap):
     response = signed_in(mona).post(f"/holds/{hold.public_id}/claim", follow=True).content.decode()
     assert "Not claimed: this hold was already decided" in response
     assert not AuditEvent.objects.filter(kind="hold.claimed").exists()
+
+
+def test_the_queue_shows_no_claim_or_presence_on_a_hold_its_viewer_may_not_decide():
+    # Regression: the queue's presence line asked the role alone (approves), so the starter of a run
+    # saw "claimed by …" on its hold under `self_approval: false`, though they may not decide it.
+    cap = factories.capability(self_approval=False)
+    ana, mona = factories.person("ana", role="member"), factories.person("mona", role="member")
+    run = factories.start_run(cap, actor=actor_for_user(mona))
+    hold = services.hold_ask(invocation=factories.deliver_now(run)[0], body=factories.ask_body())
+    assert signed_in(ana).post(f"/holds/{hold.public_id}/claim").status_code == 303
+    assert "claimed by ana" in signed_in(factories.person("olga", role="member")).get("/").content.decode()
+    queue = signed_in(mona).get("/?all=1").content.decode()
+    assert hold.public_id in queue and "claimed by ana" not in queue

@@ -18,7 +18,7 @@ hand-written statement, ports what is handed out after commit.
 from .asks import hold_ask, hold_ask_by_token, hold_fingerprint
 from .audit import audit
 from .claims import CLAIM_FOR, RENEW_EVERY, hold_claim, hold_claim_renew, hold_release
-from .decisions import asked_items, decide_refusal, hold_decide, hold_refusal
+from .decisions import asked_items, hold_decide
 from .delivery import (
     Claim,
     Outcome,
@@ -40,7 +40,6 @@ from .evals import (
     eval_ask_refusal_for_invocation,
     eval_field,
     experiment_start,
-    may_read_evals,
     recordable_run_problem,
     run_recording,
 )
@@ -75,7 +74,6 @@ __all__ = [
     "dataset_item_add",
     "dataset_item_delete",
     "dataset_item_from_run",
-    "decide_refusal",
     "due_holds",
     "due_invocations",
     "endpoint_take_probe",
@@ -91,7 +89,6 @@ __all__ = [
     "hold_decide",
     "hold_extend",
     "hold_fingerprint",
-    "hold_refusal",
     "hold_release",
     "holds_expire_batch",
     "holds_expire_due",
@@ -100,7 +97,6 @@ __all__ = [
     "invocation_record",
     "invocation_retry",
     "invocations_due",
-    "may_read_evals",
     "person_add",
     "person_set_active",
     "person_set_role",

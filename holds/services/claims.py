@@ -9,12 +9,12 @@ from django.db.models import Q
 from django.db.models.functions import Now
 from django.utils import timezone
 
-from ..auth import Actor, may_decide
-from ..errors import Conflict, Forbidden, NotFound
+from ..auth import Actor
+from ..errors import Conflict, NotFound
 from ..ids import HOLD, public_id
 from ..models import AuditKind, Hold
+from ..policy import hold_refusal, may_claim, may_release
 from .audit import audit
-from .decisions import hold_refusal
 
 CLAIM_FOR = timedelta(minutes=15)
 RENEW_EVERY = timedelta(minutes=1)
@@ -24,12 +24,9 @@ def _claimable(hold_id: int, actor: Actor) -> Hold:
     hold = Hold.objects.select_related("capability", "run", "claimed_by").filter(pk=hold_id).first()
     if hold is None:
         raise NotFound(f"hold {public_id(HOLD, hold_id)} does not exist")
-    if actor.kind != "user" or not may_decide(actor, hold):
-        raise Forbidden("only a person who may decide this hold claims it")
-    if hold.status != Hold.Status.PENDING:
-        raise hold_refusal(hold)
-    if hold.expires_at and hold.expires_at <= timezone.now():
-        raise hold_refusal(Hold(status=Hold.Status.EXPIRED, expires_at=hold.expires_at))
+    refusal = may_claim(actor, hold)
+    if refusal is not None:
+        raise refusal
     return hold
 
 
@@ -76,8 +73,9 @@ def hold_claim_renew(*, hold_id: int, actor: Actor) -> bool:
 
 def hold_release(*, hold_id: int, actor: Actor) -> bool:
     """Gives up this person's claim (audited). False: it was not theirs (nothing changes)."""
-    if actor.kind != "user":
-        raise Forbidden("only a person releases their claim")
+    refusal = may_release(actor)
+    if refusal is not None:
+        raise refusal
     with transaction.atomic():
         hold = Hold.objects.filter(pk=hold_id).only("pk", "run_id").first()
         if hold is None:

@@ -4,50 +4,14 @@ from django.db import connection
 from django.utils import timezone
 
 from .. import rows
-from ..auth import Actor, may_decide, run_token_hash
-from ..errors import Conflict, Forbidden, Invalid, NotFound
+from ..auth import Actor, run_token_hash
+from ..errors import Invalid, NotFound
 from ..ids import HOLD, public_id
 from ..models import Action, AuditEvent, AuditKind, Hold, HoldItem, Invocation
+from ..policy import decide_refusal, hold_refusal
 from ..schemas import Asked, blank_to_none, validate_decision
 from . import ports, sql
 from .transactions import insert_values, one_round_trip
-
-
-def hold_refusal(hold: Hold) -> Conflict:
-    """The 409 for a hold that can no longer be decided, with who/when as SPEC asks."""
-    if hold.status == Hold.Status.DECIDED:
-        return Conflict(
-            "this hold was already decided",
-            code="already_decided",
-            decided_by=hold.decided_by,
-            decided_at=hold.decided_at.isoformat() if hold.decided_at else None,
-        )
-    if hold.status == Hold.Status.CANCELLED:
-        return Conflict("this hold was cancelled because its run finished", code="cancelled")
-    return Conflict(
-        "this hold expired before it was decided",
-        code="expired",
-        expires_at=hold.expires_at.isoformat() if hold.expires_at else None,
-        decided_by=hold.decided_by or None,
-        decided_at=hold.decided_at.isoformat() if hold.decided_at else None,
-    )
-
-
-def decide_refusal(actor: Actor, hold: Hold, fingerprint: str | None = None) -> Forbidden | Conflict | None:
-    """Why this actor may not decide this hold now (403 before 409, SPEC's order), or None. The hold
-    page asks the same question before its last look. `fingerprint`: the one the browser's form carries."""
-    if actor.kind == "run":
-        return Forbidden("a run token may read holds but never decide them")
-    if not may_decide(actor, hold):
-        return Forbidden(f"your role may not decide holds of {hold.capability.name}")
-    if hold.status != Hold.Status.PENDING:
-        return hold_refusal(hold)
-    # The application's clock answers early; the conditional UPDATE tests the database's.
-    if hold.expires_at and hold.expires_at <= timezone.now():
-        return hold_refusal(Hold(status=Hold.Status.EXPIRED, expires_at=hold.expires_at))
-    if fingerprint is not None and fingerprint != hold.fingerprint:
-        return Conflict("this hold changed since it was shown; reload it", code="changed")
-    return None
 
 
 def _hold_to_decide(hold_id: int) -> tuple[Hold | None, list[HoldItem]]:

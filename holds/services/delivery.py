@@ -16,8 +16,9 @@ from django.utils import timezone
 
 from .. import prepared, rows
 from ..auth import SYSTEM, Actor
-from ..errors import Conflict, Forbidden, NotFound
+from ..errors import Conflict, NotFound
 from ..models import AuditKind, Capability, Hold, Invocation, Run
+from ..policy import may_administer, require
 from ..schemas import schema_errors
 from . import ports, sql
 from .audit import audit
@@ -386,8 +387,7 @@ def _apply_answer(invocation: Invocation, run: Run, answer: dict, asked: Hold | 
 
 def invocation_retry(*, invocation_id: str, actor: Actor) -> Invocation:
     """An admin sends an undeliverable invocation again, with a fresh schedule."""
-    if not actor.is_admin:
-        raise Forbidden("only admins may retry a delivery")
+    require(may_administer(actor, "may retry a delivery"))
     with transaction.atomic():
         won = Invocation.objects.filter(pk=invocation_id, status=Invocation.Status.UNDELIVERABLE).update(
             status=Invocation.Status.PENDING, attempts=0, next_attempt_at=timezone.now()
@@ -406,8 +406,7 @@ def invocation_retry(*, invocation_id: str, actor: Actor) -> Invocation:
 
 def capability_enable(*, capability_id: int, actor: Actor) -> Capability:
     """An admin enables an endpoint that answered 410: parked invocations are due again."""
-    if not actor.is_admin:
-        raise Forbidden("only admins may enable an endpoint")
+    require(may_administer(actor, "may enable an endpoint"))
     with transaction.atomic():
         capability = Capability.objects.select_for_update().filter(pk=capability_id).first()
         if capability is None:

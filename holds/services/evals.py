@@ -9,8 +9,8 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from .. import ratelimit
-from ..auth import SYSTEM, Actor, approves, invocation_for_token, may_view
-from ..errors import Conflict, Forbidden, Invalid, NotFound, QuotaExceeded
+from ..auth import SYSTEM, Actor, invocation_for_token
+from ..errors import Conflict, Invalid, NotFound, QuotaExceeded
 from ..ids import DATASET_ITEM, EXPERIMENT, public_id
 from ..models import (
     AuditEvent,
@@ -24,6 +24,7 @@ from ..models import (
     Invocation,
     Run,
 )
+from ..policy import may_record_evals, require
 from ..schemas import schema_errors
 from . import ports
 from .audit import audit
@@ -32,22 +33,12 @@ from .runs import finish_run, new_invocation
 ASKED_FOR_HUMAN_ANSWER = {"status": "failed", "error": "asked_for_human"}
 
 
-def _may_record(actor: Actor, capability: Capability) -> None:
-    if not approves(actor, capability):
-        raise Forbidden(f"only approvers of {capability.name} may change its datasets and start experiments")
-
-
-def may_read_evals(actor: Actor) -> bool:
-    """Datasets and experiments are as visible as the capability's holds (SPEC "Settled": Evals)."""
-    return may_view(actor)
-
-
 def dataset_create(*, name: str, capability_name: str, actor: Actor) -> Dataset:
     """A new, empty dataset of one capability. A second one of the same name is refused (422)."""
     capability = Capability.objects.filter(name=capability_name).first()
     if capability is None:
         raise Invalid([{"field": "capability", "message": f"no capability named '{capability_name}'"}])
-    _may_record(actor, capability)
+    require(may_record_evals(actor, capability))
     try:
         with transaction.atomic():
             dataset = Dataset.objects.create(capability=capability, name=name, created_by=actor.label)
@@ -60,7 +51,7 @@ def dataset_create(*, name: str, capability_name: str, actor: Actor) -> Dataset:
 
 def dataset_item_add(*, dataset: Dataset, actor: Actor, input, recorded_holds: list, expected_output) -> DatasetItem:
     """An item written by hand; its input is checked against the capability's input schema."""
-    _may_record(actor, dataset.capability)
+    require(may_record_evals(actor, dataset.capability))
     errors = schema_errors(dataset.capability.input_schema, input, "input")
     if errors:
         raise Invalid(errors)
@@ -129,7 +120,7 @@ def recordable_run_problem(run: Run, dataset_capability_id: int) -> str | None:
 
 def dataset_item_from_run(*, dataset: Dataset, run_pk: int | None, actor: Actor) -> DatasetItem:
     """Records a finished run of the dataset's capability as an item (SPEC `from_run`)."""
-    _may_record(actor, dataset.capability)
+    require(may_record_evals(actor, dataset.capability))
     run = Run.objects.filter(pk=run_pk).first() if run_pk else None
     if run is None:
         raise Invalid([{"field": "from_run", "message": "no such run"}])
@@ -141,7 +132,7 @@ def dataset_item_from_run(*, dataset: Dataset, run_pk: int | None, actor: Actor)
 
 def dataset_item_delete(*, item: DatasetItem, actor: Actor) -> None:
     """Hides an item from its dataset (later experiments); experiments that ran it still show it."""
-    _may_record(actor, item.dataset.capability)
+    require(may_record_evals(actor, item.dataset.capability))
     with transaction.atomic():
         hidden = DatasetItem.objects.filter(pk=item.pk, deleted_at__isnull=True).update(deleted_at=timezone.now())
         if not hidden:
@@ -156,7 +147,7 @@ def experiment_start(*, dataset: Dataset, actor: Actor) -> tuple[Experiment, lis
     Whatever the door (API or page): the experiment counts once against the caller's run-start rate
     (SPEC) and each of its runs against the caller's budget of experiment runs (issue 30.3)."""
     capability = dataset.capability
-    _may_record(actor, capability)
+    require(may_record_evals(actor, capability))
     live = DatasetItem.objects.filter(dataset=dataset, deleted_at__isnull=True).order_by("pk")
     items = list(live[: settings.RQ_DATASET_MAX_ITEMS])
     if not items:

@@ -6,14 +6,14 @@ from django.db import transaction
 from django.db.models.functions import Now
 from django.utils import timezone
 
-from ..auth import Actor, may_decide
+from ..auth import Actor
 from ..config import REMIND_BEFORE
-from ..errors import Forbidden, Invalid, NotFound
+from ..errors import Invalid, NotFound
 from ..ids import HOLD, public_id
 from ..models import AuditKind, Hold, Notification
+from ..policy import extend_refusal, may_extend
 from ..schemas import validate_extend
 from .audit import audit
-from .decisions import hold_refusal
 
 
 def hold_extend(*, hold_id: int, actor: Actor, body) -> Hold:
@@ -28,13 +28,10 @@ def hold_extend(*, hold_id: int, actor: Actor, body) -> Hold:
     hold = Hold.objects.select_related("capability", "run").filter(pk=hold_id).first()
     if hold is None:
         raise NotFound(f"hold {public_id(HOLD, hold_id)} does not exist")
-    if actor.kind == "run":
-        raise Forbidden("a run token may read holds but never extend them")
-    if not may_decide(actor, hold):
-        raise Forbidden(f"your role may not decide holds of {hold.capability.name}")
     # The application's clock answers early; the conditional UPDATE tests the database's.
-    if hold.status != Hold.Status.PENDING or (hold.expires_at and hold.expires_at <= timezone.now()):
-        raise _refusal(hold)
+    refusal = may_extend(actor, hold)
+    if refusal is not None:
+        raise refusal
     extend, errors = validate_extend(body)
     if extend is None:
         raise Invalid(errors)
@@ -66,17 +63,7 @@ def hold_extend(*, hold_id: int, actor: Actor, body) -> Hold:
     fresh = Hold.objects.get(pk=hold.pk)
     # Expired by the database's clock (the one the UPDATE tested), swept or not.
     if fresh.status != Hold.Status.PENDING or not Hold.objects.filter(pk=hold.pk, expires_at__gt=Now()).exists():
-        raise _refusal(fresh)
+        raise extend_refusal(fresh)
     raise Invalid(
         [{"field": "expires_in", "message": f"the hold already expires at {fresh.expires_at.isoformat()}, later"}]
     )
-
-
-def _refusal(hold: Hold):
-    """409 naming the hold's status; a pending hold past its expiry counts as expired."""
-    status = hold.status if hold.status != Hold.Status.PENDING else Hold.Status.EXPIRED
-    refusal = hold_refusal(
-        Hold(**{**{f: getattr(hold, f) for f in ("expires_at", "decided_by", "decided_at")}, "status": status})
-    )
-    refusal.extra["status"] = str(status)
-    return refusal

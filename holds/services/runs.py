@@ -7,9 +7,10 @@ from django.utils import timezone
 
 from .. import prepared
 from ..auth import Actor, run_token_hash
-from ..errors import Conflict, Forbidden, Invalid, NotFound, QuotaExceeded
+from ..errors import Conflict, Invalid, NotFound, QuotaExceeded
 from ..ids import RUN, public_id
 from ..models import AuditKind, Capability, IdempotencyKey, Invocation, Run, RunFile, RunState, ServiceAccount
+from ..policy import may_fail_run, may_start_run, require
 from ..schemas import canonical_json, schema_errors
 from . import ports, sql
 from .audit import audit
@@ -38,6 +39,7 @@ def run_start(
     With an idempotency key, the same caller and key return the first run (created=False), so a
     retried request never starts a second run. A run token starts a child run of its own run.
     """
+    require(may_start_run(actor))
     capability = Capability.objects.filter(name=capability_name).first()
     if capability is None:
         raise Invalid([{"field": "capability", "message": f"no capability named '{capability_name}'"}])
@@ -94,8 +96,7 @@ def _idempotent_run(actor: Actor, key: str, capability: Capability, input: dict)
 
 def run_fail(*, run_id: int, actor: Actor, reason: str) -> Run:
     """An admin fails a run: its pending hold is cancelled and unsent invocations are cancelled."""
-    if not actor.is_admin:
-        raise Forbidden("only admins may fail a run")
+    require(may_fail_run(actor))
     with transaction.atomic():
         run = Run.objects.select_for_update(no_key=True).filter(pk=run_id).first()
         if run is None:

@@ -4,10 +4,11 @@ from django.contrib.auth import get_user_model
 from django.db import transaction
 from django.utils import timezone
 
-from ..auth import SYSTEM, Actor, new_service_key
+from ..auth import Actor, new_service_key
 from ..config import new_secret
-from ..errors import Conflict, Forbidden, Invalid, NotFound
+from ..errors import Conflict, Invalid, NotFound
 from ..models import AuditKind, Capability, Membership, Role, ServiceAccount
+from ..policy import may_administer, require
 from .audit import audit
 
 # What a capability gets for each key that agentos.yaml leaves out.
@@ -78,8 +79,7 @@ def service_account_create(*, name: str, role: str, actor: Actor):
 
 
 def _require_admin(actor: Actor) -> None:
-    if not actor.is_admin and actor is not SYSTEM:
-        raise Forbidden("only admins manage people, service accounts and approvers")
+    require(may_administer(actor, "manage people, service accounts and approvers"))
 
 
 def person_set_role(*, user_id: int, role: str, actor: Actor) -> None:
