@@ -173,7 +173,8 @@ def test_8_no_child_starts_past_the_hosts_slots(slots, monkeypatch):
     finally:
         os.close(fd)
     assert started == []
-    assert slots.render_all(["[x](y) " * 700])[0].count("<a ") == 700  # the slot is free again: rendered
+    # The slot is free again: rendered (a generous budget: the machine may be loaded).
+    assert slots.render_all(["[x](y) " * 700], seconds=30)[0].count("<a ") == 700
 
 
 # --- 10. CSV cells are text whatever separator a spreadsheet splits on -------------------------------
