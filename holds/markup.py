@@ -4,11 +4,11 @@ Python-Markdown takes quadratic time on some inputs (runs of `[`: 12 KB took 21.
 `*a` took 5.7-8.4 s) and recurses on deep nesting (about 300 list levels raise RecursionError), so
 agent text is never rendered on a page view. At the ask, the whole ask's text renders in the web
 process only when it is small in every way that costs (IN_PROCESS_*: a few milliseconds at worst);
-anything else renders in a child process (`python -m holds.markup`) that is killed at the time
-budget. Children are bounded service-wide (on one host) by CHILD_SLOTS lock files: an ask that finds
-no free slot within its budget is over it. Past the budget, or over the size budget, nothing is
-stored and the page shows the text escaped, as plain text, with a note. This module imports no
-Django, so the child starts fast.
+anything else renders in a child process (`python -m holds.markup`, at the lowest CPU priority)
+that is killed at the time budget. Children are bounded service-wide (on one host) by CHILD_SLOTS
+lock files: an ask that finds no free slot within its budget is over it. Past the budget, or over
+the size budget, nothing is stored and the page shows the text escaped, as plain text, with a note.
+This module imports no Django, so the child starts fast.
 """
 
 import fcntl
@@ -37,6 +37,8 @@ IN_PROCESS_CHARS = 4096
 IN_PROCESS_MARKUP = 128  # characters that open or close inline markup, and quote markers
 IN_PROCESS_LINES = 128
 MARKUP_CHARS = frozenset("*_[]`<>\\!~|")
+# The child lowers its CPU priority before it imports anything: the cores go to requests first.
+CHILD = [sys.executable, "-c", "import os, runpy; os.nice(19); runpy.run_module('holds.markup', run_name='__main__')"]
 # Child processes rendering at once on this host, whatever the number of web processes and threads.
 CHILD_SLOTS = int(os.environ.get("RQ_MARKDOWN_CHILDREN", "2"))
 SLOT_DIR = os.environ.get("RQ_MARKDOWN_SLOT_DIR") or os.path.join(tempfile.gettempdir(), f"rq-markdown-{os.getuid()}")
@@ -228,7 +230,7 @@ def render_all(texts: list[str], *, seconds: float = MAX_SECONDS) -> list[str] |
             return None
         try:
             done = subprocess.run(
-                [sys.executable, "-m", "holds.markup"],
+                CHILD,
                 input=payload,
                 capture_output=True,
                 timeout=max(deadline - time.monotonic(), 0.01),
