@@ -1,6 +1,6 @@
 """Reviewers must not feel the size of the history: page times at 1,000,000 holds vs 1,000.
 
-Two scratch databases, seeded by seed_holds (about 10 % pending), and two identical gunicorn
+Two scratch databases, seeded by bench.seed (about 10 % pending), and two identical gunicorn
 servers, one on each; requests alternate between them. Figures are p50 ratios big/small.
 Goals: the queue page <= 1.3x (issue 9), the ops page the same (issue 7: it stays fast at
 1,000,000 holds), and the same again while the ops rollup is 24 hours behind (issue 21: beat is
@@ -30,14 +30,14 @@ LAG_HOURS = 24
 
 def prepare(db: str, holds: int) -> float:
     """Re-creates `db`, seeds it, and adds a reviewer and one 100-item hold (run as a subprocess).
-    Returns the seconds seed_holds took (the rest is migrate, the reviewer, and the ops rollup)."""
+    Returns the seconds bench.seed took (the rest is migrate, the reviewer, and the ops rollup)."""
     for sql in (f"DROP DATABASE IF EXISTS {db} WITH (FORCE)", f"CREATE DATABASE {db}"):
         subprocess.run(["psql", "-h", "127.0.0.1", "-U", "postgres", "-q", "-c", sql], check=True)
     env = {**os.environ, **db_env(db)}
     subprocess.run([PY, "manage.py", "migrate", "-v0"], cwd=ROOT, env=env, check=True)
     start = time.monotonic()
     subprocess.run(
-        [PY, "manage.py", "seed_holds", "--holds", str(holds), "--capabilities", "5", "--items", "2"],
+        [PY, "-m", "bench.seed", "--holds", str(holds), "--capabilities", "5", "--items", "2"],
         cwd=ROOT,
         env=env,
         check=True,
@@ -224,7 +224,7 @@ def main():
     if "big" in seed_seconds:
         rows.append(
             {
-                "figure": f"seed_holds --holds {BIG:,} --items 2 (with its VACUUM ANALYZE)",
+                "figure": f"python -m bench.seed --holds {BIG:,} --items 2 (with its VACUUM ANALYZE)",
                 "goal": "a few minutes (<= 5)",
                 "measured": f"{seed_seconds['big']:.0f} s",
                 "ok": seed_seconds["big"] <= 300,

@@ -1,5 +1,6 @@
-"""Bulk data for benchmarks and load tests: realistic holds, fast (COPY on PostgreSQL).
-`manage.py seed_holds --holds N` runs `seed`; the benchmarks call it and `copy_run` directly.
+"""Bulk data for benchmarks and load tests: realistic holds, fast (COPY).
+`python -m bench.seed --holds N` runs `seed`; the benchmarks call it and `copy_run` directly.
+The product never imports bench/ (an import-linter contract).
 
 This bypasses services.py on purpose: it writes the end states that the write path would have
 produced (asked, decided, expired holds with their runs, invocations, items and audit rows), a
@@ -118,21 +119,14 @@ def _write(model, rows: list[tuple]) -> None:
     if not rows:
         return
     table, columns = model._meta.db_table, COLUMNS[model]
-    if connection.vendor == "postgresql":
-        with connection.cursor() as cursor:
-            raw = cursor.cursor  # psycopg's own cursor: COPY is several times faster than INSERT
-            with raw.copy(f"COPY {table} ({', '.join(columns)}) FROM STDIN") as copy:
-                for row in rows:
-                    copy.write_row(row)
-    else:
-        marks = ", ".join(["%s"] * len(columns))
-        with connection.cursor() as cursor:
-            cursor.executemany(f"INSERT INTO {table} ({', '.join(columns)}) VALUES ({marks})", rows)
+    with connection.cursor() as cursor:
+        raw = cursor.cursor  # psycopg's own cursor: COPY is several times faster than INSERT
+        with raw.copy(f"COPY {table} ({', '.join(columns)}) FROM STDIN") as copy:
+            for row in rows:
+                copy.write_row(row)
 
 
 def _sync_sequences() -> None:
-    if connection.vendor != "postgresql":
-        return
     with connection.cursor() as cursor:
         for model in (Run, Hold, HoldItem, AuditEvent):
             table = model._meta.db_table
@@ -179,7 +173,7 @@ def seed(
     asks over the last 30 days. With `due`, pending ones are past their expiry (for sweep tests
     and benchmarks). Returns counts per status.
 
-    On PostgreSQL outside a transaction the chunks are written by two threads, each with its own
+    Outside a transaction the chunks are written by two threads, each with its own
     connection and a transaction per chunk: one generates rows while PostgreSQL stores the other's.
     If the role may (a superuser), each chunk skips the per-row foreign-key checks
     (session_replication_role, as pg_dump's --disable-triggers does) and every foreign key of the
@@ -201,7 +195,7 @@ def seed(
     chunks = [(start, min(chunk, holds - start)) for start in range(0, holds, chunk)]
     counts = Counter({"pending": 0, "decided": 0, "expired": 0})
     done = 0
-    if connection.vendor == "postgresql" and not connection.in_atomic_block and len(chunks) > 1:
+    if not connection.in_atomic_block and len(chunks) > 1:
         unchecked = _may_skip_foreign_key_checks()
         with ThreadPoolExecutor(max_workers=2) as pool:
             futures = {
@@ -221,14 +215,11 @@ def seed(
             if progress:
                 progress(done)
     _sync_sequences()
-    if connection.vendor == "postgresql" and not connection.in_atomic_block:
+    with connection.cursor() as cursor:
         # As after any bulk load: statistics for the planner, and the visibility map that a
         # database which grew over months has from autovacuum (index-only scans depend on it).
-        with connection.cursor() as cursor:
-            cursor.execute("VACUUM (ANALYZE)")
-    elif connection.vendor == "postgresql":
-        with connection.cursor() as cursor:
-            cursor.execute("ANALYZE")  # VACUUM cannot run inside a transaction (tests seed in one)
+        # VACUUM cannot run inside a transaction (tests seed in one): ANALYZE there.
+        cursor.execute("ANALYZE" if connection.in_atomic_block else "VACUUM (ANALYZE)")
     return dict(counts)
 
 

@@ -16,6 +16,7 @@ from django.conf import settings
 
 from . import rows
 from .models import Capability, Invocation, Role, Run, ServiceAccount
+from .words import ActorKind
 
 TOKEN_PREFIX = "tok_"
 KEY_PREFIX = "rqk_"
@@ -76,7 +77,7 @@ def new_service_key() -> tuple[str, str, str]:
 class Actor:
     """The caller of a service function: a person, a service account, or a run (by its token)."""
 
-    kind: str  # "user" | "account" | "run" | "system"
+    kind: ActorKind
     role: str | None
     label: str
     user: object | None = None
@@ -87,11 +88,11 @@ class Actor:
     @property
     def caller_key(self) -> str:
         """Who an Idempotency-Key belongs to."""
-        if self.kind == "user":
+        if self.kind == ActorKind.USER:
             return f"user:{self.user.pk}"
-        if self.kind == "account":
+        if self.kind == ActorKind.ACCOUNT:
             return f"account:{self.account.pk}"
-        if self.kind == "run":
+        if self.kind == ActorKind.RUN:
             return f"run:{self.run.pk}"
         return "system"
 
@@ -100,7 +101,7 @@ class Actor:
         return self.role == Role.ADMIN
 
 
-SYSTEM = Actor(kind="system", role=None, label="system")
+SYSTEM = Actor(kind=ActorKind.SYSTEM, role=None, label="system")
 
 
 def role_of_user(user) -> str | None:
@@ -113,16 +114,16 @@ def role_of_user(user) -> str | None:
 
 
 def actor_for_user(user) -> Actor:
-    return Actor(kind="user", role=role_of_user(user), label=user.get_username(), user=user)
+    return Actor(kind=ActorKind.USER, role=role_of_user(user), label=user.get_username(), user=user)
 
 
 def actor_for_account(account: ServiceAccount) -> Actor:
-    return Actor(kind="account", role=account.role, label=f"service account {account.name}", account=account)
+    return Actor(kind=ActorKind.ACCOUNT, role=account.role, label=f"service account {account.name}", account=account)
 
 
 def actor_for_invocation(invocation: Invocation) -> Actor:
     return Actor(
-        kind="run",
+        kind=ActorKind.RUN,
         role=None,
         label=f"run {invocation.run.public_id}",
         run=invocation.run,

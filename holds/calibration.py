@@ -19,7 +19,8 @@ from datetime import datetime
 
 from django.db.models import F
 
-from .models import AuditEvent, AuditKind, CalibrationTotal, Capability, HoldItem
+from .models import Action, AuditEvent, AuditKind, CalibrationTotal, Capability, HoldItem
+from .schemas import changed_fields
 
 # (lower bound, label) of each bucket; the last one includes 1.0.
 BUCKETS = ((0.0, "0–0.5"), (0.5, "0.5–0.7"), (0.7, "0.7–0.8"), (0.8, "0.8–0.9"), (0.9, "0.9–1.0"))
@@ -65,15 +66,14 @@ def tally(start: datetime | None, end: datetime | None = None) -> dict[tuple[int
     for hold_id, capability_id, item_id, confidence, action, data, decided_data in items:
         if item_id in by_confidence.get(hold_id, ()) or not isinstance(confidence, dict):
             continue
+        # Changed as the last look and the decided page show it (schemas.changed_fields: as JSON).
+        edited = (
+            {key for key, _, _ in changed_fields(data or {}, decided_data or {})} if action == Action.EDIT else set()
+        )
         for field, value in confidence.items():
             if isinstance(value, bool) or not isinstance(value, (int, float)):
                 continue
-            if action in ("reject", "feedback"):
-                changed = True
-            elif action == "edit":
-                changed = (decided_data or {}).get(field) != (data or {}).get(field)
-            else:
-                changed = False
+            changed = action in (Action.REJECT, Action.FEEDBACK) or (action == Action.EDIT and field in edited)
             row = counts.setdefault((capability_id, field[:FIELD_CHARS], bucket_of(value)), [0, 0, 0.0])
             row[0] += 1
             row[1] += int(changed)

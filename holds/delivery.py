@@ -18,6 +18,7 @@ from django.utils import timezone
 from . import services
 from .auth import run_token_for
 from .models import Invocation
+from .words import DeliveryResult, OutcomeKind
 
 ERROR_EXCERPT = 300
 
@@ -57,26 +58,26 @@ def classify(
 ) -> services.Outcome:
     common = {"latency_ms": latency_ms, "started_at": started_at, "timed_out": timed_out}
     if response is None:
-        return services.Outcome(kind="retry", error=error, **common)
+        return services.Outcome(kind=OutcomeKind.RETRY, error=error, **common)
     code = response.status_code
     excerpt = response.text[:ERROR_EXCERPT]
     if 200 <= code < 300:
         answer, problem = parse_answer(response.content)
         if answer is not None:
-            return services.Outcome(kind="answer", answer=answer, status_code=code, **common)
-        return services.Outcome(kind="retry", status_code=code, error=f"invalid answer: {problem}", **common)
+            return services.Outcome(kind=OutcomeKind.ANSWER, answer=answer, status_code=code, **common)
+        return services.Outcome(kind=OutcomeKind.RETRY, status_code=code, error=f"invalid answer: {problem}", **common)
     if code == 410:
-        return services.Outcome(kind="gone", status_code=code, error=f"410 Gone: {excerpt}", **common)
+        return services.Outcome(kind=OutcomeKind.GONE, status_code=code, error=f"410 Gone: {excerpt}", **common)
     if code in (408, 429) or code >= 500:
         return services.Outcome(
-            kind="retry",
+            kind=OutcomeKind.RETRY,
             status_code=code,
             error=f"HTTP {code}: {excerpt}",
             retry_after=retry_after(response.headers.get("retry-after")),
             **common,
         )
     return services.Outcome(
-        kind="fatal", status_code=code, error=f"the agent refused with HTTP {code}: {excerpt}", **common
+        kind=OutcomeKind.FATAL, status_code=code, error=f"the agent refused with HTTP {code}: {excerpt}", **common
     )
 
 
@@ -185,7 +186,7 @@ def deliver(invocation_id: str, *, client: httpx.Client | None = None) -> str:
     """One delivery attempt of one invocation. Safe to call twice: only the claim holder sends."""
     claim = services.invocation_claim(invocation_id=invocation_id)
     if claim is None:
-        return "not-due"
+        return DeliveryResult.NOT_DUE
     invocation = claim.invocation
     url = invocation.run.endpoint.rstrip("/") + "/invoke"
     # Waiting in the database costs nothing; waiting here would hold a worker thread.
@@ -204,7 +205,7 @@ def deliver(invocation_id: str, *, client: httpx.Client | None = None) -> str:
     finally:
         _free_slot(url, call)
     if outcome is None:
-        return "deferred"
+        return DeliveryResult.DEFERRED
     return services.invocation_record(invocation_id=invocation.id, attempt=claim.attempt, outcome=outcome)
 
 

@@ -16,6 +16,7 @@ from django.core.management import call_command
 from . import services
 from .auth import SYSTEM, actor_for_user
 from .models import Capability, Dataset, Hold, Run
+from .words import Action
 
 DEMO_PEOPLE = (("admin", "admin"), ("member", "member"))
 DEMO_INPUTS = (
@@ -72,9 +73,9 @@ DATASET_INPUTS = (
     },
 )
 DATASET_DECISIONS = (
-    {"items": [{"id": "INV-21", "action": "edit", "data": {"payee": "Hooli XYZ", "amount": "410.00"}}]},
+    {"items": [{"id": "INV-21", "action": Action.EDIT, "data": {"payee": "Hooli XYZ", "amount": "410.00"}}]},
     {
-        "items": [{"id": "INV-22", "action": "approve"}, {"id": "INV-23", "action": "reject"}],
+        "items": [{"id": "INV-22", "action": Action.APPROVE}, {"id": "INV-23", "action": Action.REJECT}],
         "comment": "INV-23 is a duplicate",
     },
 )

@@ -15,7 +15,7 @@ from django.db.models.functions import Cast, Coalesce, Length, Substr
 from .ids import DATASET, DATASET_ITEM, RUN, public_id
 from .models import Dataset, DatasetItem, Experiment, Run
 
-COUNTED = ("completed", "failed", "asked_for_human", "running")
+COUNTED = (Run.Status.COMPLETED, Run.Status.FAILED, Run.Status.ASKED_FOR_HUMAN, Run.Status.RUNNING)
 
 
 def iso(value):

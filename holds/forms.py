@@ -15,8 +15,8 @@ from . import services
 from .models import Hold, HoldItem
 from .rendering import json_type
 from .schemas import blank_to_none, changed_fields, finite_float, parse_json, validate_decision
+from .words import Action
 
-ACTION_LABELS = {"approve": "Approve", "edit": "Edit", "reject": "Reject", "feedback": "Feedback"}
 LONG_STRING = 80
 # A JSON number: what a decimal field accepts (no NaN, no Infinity, no "1_000").
 JSON_NUMBER = re.compile(r"-?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?")
@@ -92,7 +92,7 @@ class ItemForm:
 
     @property
     def changes(self) -> list[tuple[str, object, object]]:
-        if self.action != "edit" or self.new_data is None:
+        if self.action != Action.EDIT or self.new_data is None:
             return []
         return changed_fields(self.item.data, self.new_data)
 
@@ -102,7 +102,7 @@ class DecisionForm:
 
     def __init__(self, hold: Hold, items: list[HoldItem], data=None):
         self.hold = hold
-        self.actions = [a for a in ACTION_LABELS if a in (hold.actions or [])]
+        self.actions = [a for a in Action.values if a in (hold.actions or [])]
         self.data = data
         self.bound = data is not None
         self.comment = (data.get("comment", "") if data is not None else "") or ""
@@ -113,11 +113,13 @@ class DecisionForm:
         for item in items:
             prefix = f"item-{item.position}"
             own = item.effective_actions(hold.actions or [])
-            form = ItemForm(item=item, prefix=prefix, actions=[a for a in ACTION_LABELS if a in own])
+            form = ItemForm(item=item, prefix=prefix, actions=[a for a in Action.values if a in own])
             if self.bound:
                 # Approve all touches only the items that offer approve; the others keep their choice.
                 form.action = (
-                    "approve" if approve_all and "approve" in form.actions else data.get(f"{prefix}-action", "")
+                    Action.APPROVE.value
+                    if approve_all and Action.APPROVE in form.actions
+                    else data.get(f"{prefix}-action", "")
                 )
             declared = schema_kinds(item.schema)
             for n, (key, value) in enumerate((item.data or {}).items()):
@@ -146,7 +148,7 @@ class DecisionForm:
                 form.errors.append("Choose an action for this item.")
             elif form.action not in form.actions:
                 form.errors.append("This item does not offer that action.")
-            if form.action == "edit":
+            if form.action == Action.EDIT:
                 form.new_data = self._parse_edit(form)
         body = {
             "items": [self._item_body(form) for form in self.items],
@@ -163,8 +165,8 @@ class DecisionForm:
         return not invalid
 
     def _item_body(self, form: ItemForm) -> dict:
-        out = {"id": form.item.item_id, "action": form.action or "approve"}
-        if form.action == "edit":
+        out = {"id": form.item.item_id, "action": form.action or Action.APPROVE.value}
+        if form.action == Action.EDIT:
             out["data"] = form.new_data if form.new_data is not None else form.item.data
         return out
 
@@ -210,11 +212,11 @@ class DecisionForm:
     @property
     def offers_approve_all(self) -> bool:
         """The approve-all shortcut is offered when at least one item offers approve."""
-        return any("approve" in form.actions for form in self.items)
+        return any(Action.APPROVE in form.actions for form in self.items)
 
     @property
     def every_item_approves(self) -> bool:
-        return all("approve" in form.actions for form in self.items)
+        return all(Action.APPROVE in form.actions for form in self.items)
 
     @property
     def summary(self) -> dict:

@@ -72,7 +72,7 @@ def refuse_unstorable(request):
 
 
 def _error(request, status: int, code: str, message: str, *, credentials: bool = True, **extra) -> JsonResponse:
-    from .api import caller
+    from .api.common import caller
     from .errors import ServiceError, Unauthorized
 
     if credentials:

@@ -16,6 +16,7 @@ from django.db import models
 from django.db.models import Q
 
 from .ids import DATASET, DATASET_ITEM, EXPERIMENT, FILE, HOLD, RUN, public_id
+from .words import Action, AuditKind  # noqa: F401  (defined in words.py, imported from here too)
 
 
 class ExactJSONField(models.TextField):
@@ -82,54 +83,6 @@ class InvocationStatus(models.TextChoices):
     UNDELIVERABLE = "undeliverable"  # retries exhausted; an admin may retry
     PARKED = "parked"  # the endpoint answered 410 or is disabled
     CANCELLED = "cancelled"  # the run finished before it was sent
-
-
-class Action(models.TextChoices):
-    """What a reviewer does with one item."""
-
-    APPROVE = "approve", "Approve"
-    EDIT = "edit", "Edit"
-    REJECT = "reject", "Reject"
-    FEEDBACK = "feedback", "Feedback"
-
-
-class AuditKind(models.TextChoices):
-    """Every kind of audit event; the audit page's filter lists these labels."""
-
-    HOLD_ASKED = "hold.asked", "hold asked"
-    HOLD_DECIDED = "hold.decided", "hold decided"
-    HOLD_EXPIRED = "hold.expired", "hold expired"
-    HOLD_EXTENDED = "hold.extended", "hold extended"
-    HOLD_CLAIMED = "hold.claimed", "hold claimed"
-    HOLD_RELEASED = "hold.released", "hold claim released"
-    RUN_STARTED = "run.started", "run started"
-    RUN_HELD = "run.held", "run held"
-    RUN_COMPLETED = "run.completed", "run completed"
-    RUN_FAILED = "run.failed", "run failed"
-    INVOCATION_ATTEMPT = "invocation.attempt", "delivery attempt"
-    INVOCATION_RETRIED = "invocation.retried", "delivery retried"
-    FILE_UPLOADED = "file.uploaded", "file uploaded"
-    CAPABILITY_SYNCED = "capability.synced", "capability synced"
-    CAPABILITY_APPROVERS_CHANGED = "capability.approvers_changed", "approvers changed"
-    CAPABILITY_ENDPOINT_DISABLED = "capability.endpoint_disabled", "endpoint disabled (410)"
-    CAPABILITY_ENDPOINT_ENABLED = "capability.endpoint_enabled", "endpoint enabled"
-    CAPABILITY_ENDPOINT_STALLED = "capability.endpoint_stalled", "endpoint stalled"
-    CAPABILITY_ENDPOINT_ANSWERING = "capability.endpoint_answering", "endpoint answering again"
-    PERSON_ADDED = "person.added", "person added"
-    PERSON_CHANGED = "person.changed", "person changed"
-    PERSON_ROLE_CHANGED = "person.role_changed", "person's role changed"
-    PERSON_ACTIVATED = "person.activated", "person activated"
-    PERSON_DEACTIVATED = "person.deactivated", "person deactivated"
-    SERVICE_ACCOUNT_CREATED = "service_account.created", "service account created"
-    SERVICE_ACCOUNT_ROLE_CHANGED = "service_account.role_changed", "service account's role changed"
-    SERVICE_ACCOUNT_REVOKED = "service_account.revoked", "service account revoked"
-    RUN_ASKED_FOR_HUMAN = "run.asked_for_human", "eval run asked for a person"
-    RUN_STALE_ANSWER = "run.stale_answer", "answer for a finished run ignored"
-    DATASET_CREATED = "dataset.created", "dataset created"
-    DATASET_ITEM_ADDED = "dataset.item_added", "dataset item added"
-    DATASET_ITEM_DELETED = "dataset.item_deleted", "dataset item deleted"
-    EXPERIMENT_STARTED = "experiment.started", "experiment started"
-    EXPERIMENT_FINISHED = "experiment.finished", "experiment finished"
 
 
 class Capability(models.Model):

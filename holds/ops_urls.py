@@ -2,7 +2,8 @@
 
 from django.urls import path
 
-from . import audit_views, health, metrics, ops_views, team
+from . import health, metrics
+from .web import audit, ops, team
 
 urlpatterns = [
     path("team", team.team, name="team"),
@@ -15,12 +16,12 @@ urlpatterns = [
     path("team/capabilities/<int:capability_id>", team.capability_approvers, name="team-capability"),
     path("team/set-password/<uidb64>/<token>", team.SetPasswordView.as_view(), name="team-set-password"),
     path("team/password-set", team.password_set, name="team-password-set"),
-    path("audit", audit_views.audit, name="audit"),
-    path("audit.csv", audit_views.audit_csv, name="audit-csv"),
-    path("ops", ops_views.ops_page, name="ops"),
-    path("ops/fragment", ops_views.ops_fragment, name="ops-fragment"),
-    path("ops/invocations/<str:invocation_id>/retry", ops_views.ops_retry, name="ops-retry"),
-    path("ops/capabilities/<int:capability_id>/enable", ops_views.ops_enable, name="ops-enable"),
+    path("audit", audit.audit, name="audit"),
+    path("audit.csv", audit.audit_csv, name="audit-csv"),
+    path("ops", ops.ops_page, name="ops"),
+    path("ops/fragment", ops.ops_fragment, name="ops-fragment"),
+    path("ops/invocations/<str:invocation_id>/retry", ops.ops_retry, name="ops-retry"),
+    path("ops/capabilities/<int:capability_id>/enable", ops.ops_enable, name="ops-enable"),
     path("metrics", metrics.metrics, name="metrics"),
     path("healthz", health.healthz, name="healthz"),
 ]

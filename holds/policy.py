@@ -16,13 +16,18 @@ from django.utils import timezone
 from .auth import Actor
 from .errors import Conflict, Forbidden, NotFound
 from .models import Capability, Hold, Role, Run, RunFile
+from .words import ActorKind
 
 # --- who decides --------------------------------------------------------------------------------
 
 
 def approves(actor: Actor, capability: Capability) -> bool:
     """The actor's role is one of the capability's approvers (people and service accounts only)."""
-    return actor.kind in ("user", "account") and actor.role is not None and actor.role in (capability.approvers or [])
+    return (
+        actor.kind in (ActorKind.USER, ActorKind.ACCOUNT)
+        and actor.role is not None
+        and actor.role in (capability.approvers or [])
+    )
 
 
 def _chain_sql(column: str, run: str) -> str:
@@ -38,8 +43,8 @@ def _chain_sql(column: str, run: str) -> str:
 
 def _started_by_sql(actor: Actor) -> tuple[str, list]:
     """True for a hold whose run, or any ancestor run, this actor started."""
-    column = "started_by_user_id" if actor.kind == "user" else "started_by_account_id"
-    starter = actor.user.pk if actor.kind == "user" else actor.account.pk
+    column = "started_by_user_id" if actor.kind == ActorKind.USER else "started_by_account_id"
+    starter = actor.user.pk if actor.kind == ActorKind.USER else actor.account.pk
     return f"EXISTS ({_chain_sql(column, f'{Hold._meta.db_table}.run_id')} WHERE chain.starter = %s)", [starter]
 
 
@@ -130,7 +135,7 @@ def _closed_refusal(hold: Hold) -> Conflict | None:
 
 
 def _role_refusal(actor: Actor, hold: Hold, doing: str) -> Forbidden | None:
-    if actor.kind == "run":
+    if actor.kind == ActorKind.RUN:
         return Forbidden(f"a run token may read holds but never {doing} them")
     if not _is_decider(actor, hold):
         return Forbidden(f"your role may not decide holds of {hold.capability.name}")
@@ -171,13 +176,13 @@ def extend_refusal(hold: Hold) -> Conflict:
 
 def may_claim(actor: Actor, hold: Hold) -> Forbidden | Conflict | None:
     """A soft claim is a person's who may decide the open hold (never a service account's or a run's)."""
-    if actor.kind != "user" or _role_refusal(actor, hold, "claim") is not None:
+    if actor.kind != ActorKind.USER or _role_refusal(actor, hold, "claim") is not None:
         return Forbidden("only a person who may decide this hold claims it")
     return _closed_refusal(hold)
 
 
 def may_release(actor: Actor) -> Forbidden | None:
-    return None if actor.kind == "user" else Forbidden("only a person releases their claim")
+    return None if actor.kind == ActorKind.USER else Forbidden("only a person releases their claim")
 
 
 def sees_presence(actor: Actor, hold: Hold) -> bool:
@@ -190,27 +195,27 @@ def sees_presence(actor: Actor, hold: Hold) -> bool:
 
 def may_read(actor: Actor) -> Forbidden | None:
     """People and service accounts with a role read holds, runs, the ops page, datasets and experiments."""
-    if actor.kind in ("user", "account") and actor.role is not None:
+    if actor.kind in (ActorKind.USER, ActorKind.ACCOUNT) and actor.role is not None:
         return None
     return Forbidden("your role may not read holds")
 
 
 def may_read_hold(actor: Actor, hold: Hold) -> Forbidden | NotFound | None:
     """A run token reads its own run's holds (another run's is simply not there); others need a role."""
-    if actor.kind == "run":
+    if actor.kind == ActorKind.RUN:
         return None if hold.run_id == actor.run.pk else NotFound(f"hold {hold.public_id} does not exist")
     return may_read(actor)
 
 
 def may_read_run(actor: Actor, run: Run) -> Forbidden | NotFound | None:
-    if actor.kind == "run":
+    if actor.kind == ActorKind.RUN:
         return None if run.pk == actor.run.pk else NotFound(f"run {run.public_id} does not exist")
     return may_read(actor)
 
 
 def may_read_run_state(actor: Actor, *, writing: bool) -> Forbidden | None:
     """State may hold what the agent keeps from people (a session, a draft): its token and admins read it."""
-    if actor.kind == "run" or (not writing and actor.is_admin):
+    if actor.kind == ActorKind.RUN or (not writing and actor.is_admin):
         return None
     return Forbidden("a run's state is read by its own token and by admins, and written only by its token")
 
@@ -218,7 +223,7 @@ def may_read_run_state(actor: Actor, *, writing: bool) -> Forbidden | None:
 def may_read_file(actor: Actor, run_file: RunFile) -> NotFound | None:
     """A file goes to its run's token, and to those who may see a hold that lists it (SPEC): a file
     that no hold lists stays between the agent and its run. Refused as not found either way."""
-    if actor.kind == "run":
+    if actor.kind == ActorKind.RUN:
         mine = run_file.run_id == actor.run.pk
     elif may_read(actor) is not None:
         mine = False
@@ -241,25 +246,25 @@ def may_read_evals(actor: Actor) -> Forbidden | None:
 def may_start_run(actor: Actor) -> Forbidden | None:
     """Admins and members (people or service accounts) start runs; a run's token starts child runs;
     the system starts runs for commands. Viewers never."""
-    if actor.kind in ("run", "system") or actor.role in (Role.ADMIN, Role.MEMBER):
+    if actor.kind in (ActorKind.RUN, ActorKind.SYSTEM) or actor.role in (Role.ADMIN, Role.MEMBER):
         return None
     return Forbidden("viewers may not start runs")
 
 
 def may_fail_run(actor: Actor) -> Forbidden | None:
-    if actor.kind == "run":
+    if actor.kind == ActorKind.RUN:
         return Forbidden("a run token may not fail runs")
     return may_administer(actor, "may fail a run")
 
 
 def may_upload_file(actor: Actor) -> Forbidden | None:
-    return None if actor.kind == "run" else Forbidden("files are uploaded by a run, with its token")
+    return None if actor.kind == ActorKind.RUN else Forbidden("files are uploaded by a run, with its token")
 
 
 def may_record_evals(actor: Actor, capability: Capability | None) -> Forbidden | None:
     """Approvers of a capability change its datasets and start its experiments. Without a capability
     (before the body names one) only a run token is refused, early (403 before 422)."""
-    if actor.kind == "run":
+    if actor.kind == ActorKind.RUN:
         return Forbidden("a run token may not change datasets or start experiments")
     if capability is None or approves(actor, capability):
         return None
@@ -267,11 +272,17 @@ def may_record_evals(actor: Actor, capability: Capability | None) -> Forbidden |
 
 
 def may_administer(actor: Actor, doing: str) -> Forbidden | None:
-    """Admins manage the team, read the audit log, retry deliveries, enable endpoints and fail runs;
-    the system does so for commands. `doing`: the end of "only admins …"."""
-    if actor.is_admin or actor.kind == "system":
+    """Admins read the audit log, retry deliveries, enable endpoints and fail runs.
+    `doing`: the end of "only admins …"."""
+    return None if actor.is_admin else Forbidden(f"only admins {doing}")
+
+
+def may_manage_team(actor: Actor) -> Forbidden | None:
+    """Admins manage people, service accounts and approvers; so do the system's commands
+    (add_person, create_service_account, sync_capabilities)."""
+    if actor.kind == ActorKind.SYSTEM:
         return None
-    return Forbidden(f"only admins {doing}")
+    return may_administer(actor, "manage people, service accounts and approvers")
 
 
 def require(refusal: Exception | None) -> None:

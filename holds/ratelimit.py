@@ -29,6 +29,7 @@ from django.core.cache import cache
 from django.core.exceptions import ImproperlyConfigured
 
 from .errors import RateLimited
+from .words import ActorKind
 
 log = logging.getLogger(__name__)
 
@@ -149,11 +150,11 @@ def token_identity(invocation_id: str) -> str:
 
 def identity(actor) -> str:
     """Per token, per key, per person: never a reused number, so a new row never inherits a count."""
-    if actor.kind == "run":
+    if actor.kind == ActorKind.RUN:
         return token_identity(actor.invocation.pk)
-    if actor.kind == "account":
+    if actor.kind == ActorKind.ACCOUNT:
         return f"key:{actor.account.key_hash}"
-    if actor.kind == "user":
+    if actor.kind == ActorKind.USER:
         return f"user:{actor.user.pk}:{actor.user.date_joined.isoformat()}"
     return actor.caller_key
 

@@ -20,8 +20,9 @@ from django.db.models import BigIntegerField, Case, F, FloatField, OuterRef, Q, 
 from django.db.models.functions import TruncHour
 from django.utils import timezone
 
-from . import calibration
+from . import calibration, words
 from .models import AuditEvent, Capability, Hold, Invocation, OpsHour, OpsTotal, PendingCount
+from .words import Action, AuditKind, DeliveryResult
 
 HOUR = timedelta(hours=1)
 # Finished hours are sealed whole; the current hour in 5-minute buckets, so that the live tail a
@@ -35,9 +36,9 @@ INF = math.inf
 TTD_BUCKETS = (60, 300, 900, 1800, 3600, 7200, 14400, 28800, 86400, 172800, 604800, INF)
 # Decision -> delivery of the resume (seconds).
 LATENCY_BUCKETS = (0.5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600, INF)
-TAIL_KINDS = ("hold.asked", "hold.decided", "hold.expired", "invocation.attempt")
-ACTIONS = ("approve", "edit", "reject", "feedback")
-ATTEMPT_OUTCOMES = ("answered", "retry", "failed", "undeliverable", "parked")
+TAIL_KINDS = (AuditKind.HOLD_ASKED, AuditKind.HOLD_DECIDED, AuditKind.HOLD_EXPIRED, AuditKind.INVOCATION_ATTEMPT)
+ACTIONS = tuple(Action.values)
+ATTEMPT_OUTCOMES = tuple(o.value for o in words.ATTEMPT_OUTCOMES)
 # The ops page counts at most this much of the unsealed audit log live. Beat keeps the unsealed part
 # under about 7 minutes (a bucket, SEAL_LAG and its own period), so only a stopped rollup passes it;
 # the older unsealed part is then left out and the page says so, instead of reading hours of events.
@@ -84,12 +85,14 @@ def _events(start: datetime | None, end: datetime | None = None):
         events.annotate(
             hold_created=Case(
                 When(
-                    kind="hold.decided",
+                    kind=AuditKind.HOLD_DECIDED,
                     then=Subquery(Hold.objects.filter(pk=OuterRef("hold_id_ref")).values("created_at")[:1]),
                 )
             ),
-            inv_kind=Case(When(kind="invocation.attempt", then=Subquery(invocation.values("kind")[:1]))),
-            inv_created=Case(When(kind="invocation.attempt", then=Subquery(invocation.values("created_at")[:1]))),
+            inv_kind=Case(When(kind=AuditKind.INVOCATION_ATTEMPT, then=Subquery(invocation.values("kind")[:1]))),
+            inv_created=Case(
+                When(kind=AuditKind.INVOCATION_ATTEMPT, then=Subquery(invocation.values("created_at")[:1]))
+            ),
         )
         .order_by()
         .values_list("kind", "at", "data", "hold_created", "inv_kind", "inv_created")
@@ -102,11 +105,11 @@ def _tally(rows) -> dict[datetime, dict[tuple[str, str], float]]:
     for kind, at, data, hold_created, inv_kind, inv_created in rows:
         counts = hours[floor_hour(at)]
         data = data if isinstance(data, dict) else {}
-        if kind == "hold.asked":
+        if kind == AuditKind.HOLD_ASKED:
             counts["asked", ""] += 1
-        elif kind == "hold.expired":
+        elif kind == AuditKind.HOLD_EXPIRED:
             counts["expired", ""] += 1
-        elif kind == "hold.decided":
+        elif kind == AuditKind.HOLD_DECIDED:
             counts["decided", ""] += 1
             for action in (data.get("actions") or {}).values():
                 counts["action", str(action)] += 1
@@ -114,11 +117,11 @@ def _tally(rows) -> dict[datetime, dict[tuple[str, str], float]]:
                 seconds = max(0.0, (at - hold_created).total_seconds())
                 counts["ttd", bucket_of(TTD_BUCKETS, seconds)] += 1
                 counts["ttd_sum", ""] += seconds
-        elif kind == "invocation.attempt" and inv_kind == Invocation.Kind.RESUME:
+        elif kind == AuditKind.INVOCATION_ATTEMPT and inv_kind == Invocation.Kind.RESUME:
             result = str(data.get("result", ""))
             counts["attempt", result] += 1
             # The first answer of a resume is its delivery; one invocation answers once.
-            if result == "answered" and inv_created is not None:
+            if result == DeliveryResult.ANSWERED and inv_created is not None:
                 seconds = max(0.0, (at - inv_created).total_seconds())
                 counts["latency", bucket_of(LATENCY_BUCKETS, seconds)] += 1
                 counts["latency_sum", ""] += seconds

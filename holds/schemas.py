@@ -16,9 +16,13 @@ from pydantic import BaseModel, ConfigDict, Field, StringConstraints, Validation
 
 from .canonical import canonical_json
 from .item_schemas import bound_problems, compile_problems, item_validator
+from .words import Action
 
-ACTIONS = ("approve", "edit", "reject", "feedback")
-Action = Literal["approve", "edit", "reject", "feedback"]
+# The wire's action words are words.Action's; a Literal keeps the published schema a plain enum.
+ACTIONS = tuple(Action.values)
+ActionWord = Literal[ACTIONS]
+
+
 NonEmpty = Annotated[str, StringConstraints(min_length=1)]
 MAX_ASK_BYTES = 1024 * 1024
 # SPEC "Shapes" (1 MiB) wins over issue 3 (64 KiB): an OpenAI RunState JSON is often larger.
@@ -40,7 +44,7 @@ class ItemIn(Strict):
     data: dict[str, Any]
     confidence: dict[str, Annotated[float, Field(ge=0, le=1)]] | None = None
     # For this item they replace the hold's actions (SPEC "Per-item actions, details and schema").
-    actions: Annotated[list[Action], Field(min_length=1, max_length=4)] | None = Field(
+    actions: Annotated[list[ActionWord], Field(min_length=1, max_length=4)] | None = Field(
         default=None, description="this item's actions; they replace the hold's for this item"
     )
     details: str | None = Field(default=None, description="markdown shown with the item (at most 64 KiB)")
@@ -63,7 +67,10 @@ class ItemIn(Strict):
 class AskIn(Strict):
     intent: Annotated[str, StringConstraints(min_length=1, max_length=500)]
     items: Annotated[list[ItemIn], Field(min_length=1, max_length=100)]
-    actions: Annotated[list[Action], Field(min_length=1, max_length=4)] = ["approve", "reject"]
+    actions: Annotated[list[ActionWord], Field(min_length=1, max_length=4)] = [
+        Action.APPROVE.value,
+        Action.REJECT.value,
+    ]
     details: str = ""
     expires_in: Annotated[int, Field(ge=MIN_EXPIRES_IN, le=MAX_EXPIRES_IN)] | None = None
     files: Annotated[list[NonEmpty], Field(max_length=20)] = []
@@ -71,7 +78,7 @@ class AskIn(Strict):
 
 class DecisionItemIn(Strict):
     id: NonEmpty
-    action: Action
+    action: ActionWord
     data: dict[str, Any] | None = None
     comment: str | None = None
 
@@ -279,14 +286,14 @@ def validate_decision(body: Any, *, asked: dict[str, Asked]) -> tuple[DecisionIn
         seen.add(item.id)
         if item.action not in asked[item.id].actions:
             errors.append({"field": f"{where}.action", "message": f"'{item.action}' is not offered for this item"})
-        if item.action == "edit":
+        if item.action == Action.EDIT:
             if item.data is None:
                 errors.append({"field": f"{where}.data", "message": "an edit sends the full data object"})
             else:
                 errors += edit_errors(asked[item.id], item.data, where)
         elif item.data is not None:
             errors.append({"field": f"{where}.data", "message": "data is only sent with the edit action"})
-        if item.action == "feedback" and blank_to_none(item.comment) is None and hold_comment is None:
+        if item.action == Action.FEEDBACK and blank_to_none(item.comment) is None and hold_comment is None:
             errors.append(
                 {"field": f"{where}.comment", "message": "feedback needs a comment (the item's or the hold's)"}
             )
@@ -377,7 +384,7 @@ class HoldCreatedOut(BaseModel):
 
 class ResumeItemOut(BaseModel):
     id: str
-    action: Action
+    action: ActionWord
     data: dict[str, Any]
     comment: str | None
 
@@ -394,7 +401,7 @@ class HoldItemOut(BaseModel):
     title: str
     data: dict[str, Any]
     confidence: dict[str, float] | None = None
-    actions: list[Action] | None = None
+    actions: list[ActionWord] | None = None
     details: str | None = None
     schema_: dict[str, Any] | None = Field(default=None, alias="schema")
 
@@ -405,7 +412,7 @@ class HoldOut(BaseModel):
     capability: str
     status: Literal["pending", "decided", "expired", "cancelled"]
     intent: str
-    actions: list[Action]
+    actions: list[ActionWord]
     items: list[HoldItemOut]
     details: str
     files: list[str]

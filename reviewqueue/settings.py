@@ -127,7 +127,7 @@ MIDDLEWARE = [
     "django_htmx.middleware.HtmxMiddleware",
     "holds.middleware.ApiErrorMiddleware",
     "holds.logging.RequestIdMiddleware",
-    # Last, as django-axes asks: turns a lockout found during sign-in into holds.login.locked_out's page.
+    # Last, as django-axes asks: turns a lockout found during sign-in into holds.web.login.locked_out's page.
     "axes.middleware.AxesMiddleware",
 ]
 
@@ -145,6 +145,7 @@ TEMPLATES = [
                 "django.contrib.auth.context_processors.auth",
                 "django.contrib.messages.context_processors.messages",
                 "django.template.context_processors.csp",
+                "holds.words.in_templates",
             ],
         },
     },
@@ -323,7 +324,7 @@ AXES_FAILURE_LIMIT = env_int("RQ_LOGIN_FAILURE_LIMIT", 5)
 AXES_COOLOFF_TIME = env_int("RQ_LOGIN_COOLOFF_MINUTES", 15) / 60
 AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
 AXES_RESET_ON_SUCCESS = True
-AXES_LOCKOUT_CALLABLE = "holds.login.locked_out"
+AXES_LOCKOUT_CALLABLE = "holds.web.login.locked_out"
 AXES_CLIENT_IP_CALLABLE = "holds.ratelimit.client_ip"
 
 # JSON lines in production (one object per line, with request/run/hold/invocation ids where known);

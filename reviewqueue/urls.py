@@ -2,26 +2,28 @@ from django.conf import settings
 from django.contrib import admin
 from django.urls import include, path
 
-from holds import api, login, openapi
+from holds import openapi
+from holds.api import agent, evals
+from holds.web import login
 
 v0 = [
-    path("holds", api.holds, name="api-holds"),
-    path("holds/<str:hold_id>", api.hold_detail, name="api-hold"),
-    path("holds/<str:hold_id>/decision", api.hold_decision, name="api-hold-decision"),
-    path("holds/<str:hold_id>/extend", api.hold_extend, name="api-hold-extend"),
-    path("runs", api.runs, name="api-runs"),
-    path("runs/<str:run_id>", api.run_detail, name="api-run"),
-    path("runs/<str:run_id>/fail", api.run_fail, name="api-run-fail"),
-    path("runs/<str:run_id>/state/<path:key>", api.run_state, name="api-run-state"),
-    path("files", api.files, name="api-files"),
-    path("files/<str:file_id>", api.file_download, name="api-file"),
-    path("invocations/<str:invocation_id>/retry", api.invocation_retry, name="api-invocation-retry"),
-    path("datasets", api.datasets, name="api-datasets"),
-    path("datasets/<str:dataset_id>", api.dataset_detail, name="api-dataset"),
-    path("datasets/<str:dataset_id>/items", api.dataset_items, name="api-dataset-items"),
-    path("datasets/<str:dataset_id>/items/<str:item_id>", api.dataset_item, name="api-dataset-item"),
-    path("experiments", api.experiments_list, name="api-experiments"),
-    path("experiments/<str:experiment_id>", api.experiment_detail, name="api-experiment"),
+    path("holds", agent.holds, name="api-holds"),
+    path("holds/<str:hold_id>", agent.hold_detail, name="api-hold"),
+    path("holds/<str:hold_id>/decision", agent.hold_decision, name="api-hold-decision"),
+    path("holds/<str:hold_id>/extend", agent.hold_extend, name="api-hold-extend"),
+    path("runs", agent.runs, name="api-runs"),
+    path("runs/<str:run_id>", agent.run_detail, name="api-run"),
+    path("runs/<str:run_id>/fail", agent.run_fail, name="api-run-fail"),
+    path("runs/<str:run_id>/state/<path:key>", agent.run_state, name="api-run-state"),
+    path("files", agent.files, name="api-files"),
+    path("files/<str:file_id>", agent.file_download, name="api-file"),
+    path("invocations/<str:invocation_id>/retry", agent.invocation_retry, name="api-invocation-retry"),
+    path("datasets", evals.datasets, name="api-datasets"),
+    path("datasets/<str:dataset_id>", evals.dataset_detail, name="api-dataset"),
+    path("datasets/<str:dataset_id>/items", evals.dataset_items, name="api-dataset-items"),
+    path("datasets/<str:dataset_id>/items/<str:item_id>", evals.dataset_item, name="api-dataset-item"),
+    path("experiments", evals.experiments_list, name="api-experiments"),
+    path("experiments/<str:experiment_id>", evals.experiment_detail, name="api-experiment"),
     path("openapi.json", openapi.openapi_json, name="api-openapi"),
     path("docs", openapi.docs, name="api-docs"),
 ]

@@ -1,5 +1,6 @@
 """The management commands the README documents: sync_capabilities, add_person,
-create_service_account, sweep_expired (tested in test_task_sweep.py) and seed_holds."""
+create_service_account, sweep_expired (tested in test_task_sweep.py) and seed_holds (its bulk history is
+bench.seed, tested in test_seeding.py)."""
 
 import datetime as dt
 import io
@@ -10,7 +11,7 @@ from django.contrib.auth import get_user_model
 from django.core.management import CommandError, call_command
 
 from holds.auth import account_for_key, role_of_user
-from holds.models import AuditEvent, Capability, Hold, ServiceAccount
+from holds.models import AuditEvent, Capability, ServiceAccount
 
 pytestmark = pytest.mark.django_db
 
@@ -129,31 +130,9 @@ def test_create_service_account_prints_the_key_alone_on_the_last_line_and_stores
     assert account_for_key(key) == account
 
 
-def test_seed_holds_writes_the_mix_fast(capsys):
-    call_command("seed_holds", "--holds", "500", "--capabilities", "2", "--items", "3")
-    assert Hold.objects.count() == 500
-    statuses = set(Hold.objects.values_list("status", flat=True))
-    assert statuses == {"pending", "decided", "expired"}
-    assert Hold.objects.filter(status="pending").count() < 100  # about 10 %
+def test_seed_holds_says_what_it_seeds():
     with pytest.raises(CommandError):
         call_command("seed_holds")
-
-
-@pytest.mark.django_db(transaction=True)
-def test_seed_holds_leaves_the_database_vacuumed_as_after_any_bulk_load():
-    import time
-
-    from django.db import connection
-
-    call_command("seed_holds", "--holds", "50", "--capabilities", "1", "--items", "1")
-    with connection.cursor() as cursor:
-        for _ in range(50):  # the statistics views are written a moment after the command
-            cursor.execute("SELECT last_vacuum IS NOT NULL FROM pg_stat_user_tables WHERE relname = 'holds_hold'")
-            if cursor.fetchone()[0]:
-                break
-            time.sleep(0.1)
-        else:
-            pytest.fail("holds_hold was not vacuumed")
 
 
 def test_sync_reads_remind_before_as_a_duration_and_its_absence_as_none(tmp_path):

@@ -17,6 +17,8 @@ EXAMPLES = pathlib.Path(__file__).resolve().parent.parent / "examples"
         ("claude_agent", "ran {'command': 'ls /srv/old-reports'}"),
         ("bedrock_agent", "The payment was CONFIRMed."),
         ("agno_agent", "Paid Acme 100.00."),
+        ("pydantic_ai_agent", "Paid Acme 100.00."),
+        ("adk_agent", "Paid Acme 100.00."),
     ],
 )
 def test_it_runs_the_example_demo_to_completion(name, expected, capsys):

@@ -1,11 +1,11 @@
-"""seeding.seed, which `seed_holds --holds N` and the benchmarks fill a database with: the shape of
+"""seeding.seed, which `python -m bench.seed --holds N` and the benchmarks fill a database with: the shape of
 the history it writes, its two writer threads on PostgreSQL, and the foreign-key check that
 stands in for the per-row checks those threads skip."""
 
 import pytest
 from django.db import IntegrityError, connection
 
-from bench import seeding
+from bench import seed, seeding
 from holds.models import AuditEvent, Hold, HoldItem, Invocation, Run, milliseconds, new_invocation_id
 
 
@@ -72,3 +72,28 @@ def test_the_foreign_key_check_finds_a_row_that_points_nowhere(db):
         cursor.execute("SET LOCAL session_replication_role = origin")
     with pytest.raises(IntegrityError, match="holds_holditem"):
         seeding._check_foreign_keys()
+
+
+def test_the_bench_command_writes_the_mix(db, capsys):
+    seed.main(["--holds", "500", "--capabilities", "2", "--items", "3"])
+    assert Hold.objects.count() == 500
+    assert set(Hold.objects.values_list("status", flat=True)) == {"pending", "decided", "expired"}
+    assert Hold.objects.filter(status="pending").count() < 100  # about 10 %
+    assert "seeded 500 holds" in capsys.readouterr().out
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_bench_command_leaves_the_database_vacuumed_as_after_any_bulk_load():
+    import time
+
+    from django.db import connection
+
+    seed.main(["--holds", "50", "--capabilities", "1", "--items", "1"])
+    with connection.cursor() as cursor:
+        for _ in range(50):  # the statistics views are written a moment after the command
+            cursor.execute("SELECT last_vacuum IS NOT NULL FROM pg_stat_user_tables WHERE relname = 'holds_hold'")
+            if cursor.fetchone()[0]:
+                break
+            time.sleep(0.1)
+        else:
+            pytest.fail("holds_hold was not vacuumed")

@@ -9,7 +9,8 @@ from django.utils import timezone
 
 from holds import calibration, rollup, services
 from holds.auth import actor_for_account
-from holds.models import AuditEvent, CalibrationTotal
+from holds.models import AuditEvent, CalibrationTotal, HoldItem
+from holds.schemas import changed_fields
 from tests import factories
 
 pytestmark = pytest.mark.django_db
@@ -130,3 +131,22 @@ def test_the_csv_has_every_bucket_and_quotes_formula_like_field_names(client, ca
 def test_signed_out_people_are_sent_to_sign_in(client):
     assert client.get("/calibration").status_code == 302
     assert client.get("/calibration.csv").status_code == 302
+
+
+def test_an_edit_counts_as_the_last_look_shows_it_2_and_2_0_differ_key_order_does_not(cap):
+    # Regression: calibration compared with != (2 == 2.0) while the last look and the decided page
+    # compare as JSON (schemas.changed_fields): one rule now, so the two agree.
+    data = {"amount": 2, "terms": {"days": 30, "net": True}}
+    items = [{"id": "I-0", "title": "Item", "data": data, "confidence": {"amount": 0.95, "terms": 0.95}}]
+    hold = factories.held_hold(cap, factories.ask_body(items=items))[1]
+    actor = actor_for_account(factories.account("bot", role="member")[0])
+    edited = {"amount": 2.0, "terms": {"net": True, "days": 30}}
+    services.hold_decide(
+        hold_id=hold.pk, actor=actor, body={"items": [{"id": "I-0", "action": "edit", "data": edited}]}
+    )
+    item = HoldItem.objects.get(hold=hold)
+    assert [key for key, _, _ in changed_fields(item.data, item.decided_data)] == ["amount"]
+    assert by_field(report()) == {
+        ("pay_invoices", "amount"): {"0.9": (1, 1)},
+        ("pay_invoices", "terms"): {"0.9": (0, 1)},
+    }

@@ -444,3 +444,18 @@ def test_a_schemas_property_type_picks_the_input_for_a_key_asked_as_null(signed_
     response = review_post(signed_in, hold, {"item-0-action": "edit", "item-0-f-0": "0"})
     assert response.status_code == 422
     assert re.search(r'id="item-0-f-0-error">[^<]*minimum', response.content.decode())
+
+
+def test_a_refused_page_and_a_missing_one_are_styled_pages_that_say_why(client, viewer, settings):
+    settings.DEBUG = False
+    client.force_login(viewer)
+    forbidden = client.get("/audit")
+    assert forbidden.status_code == 403
+    assert (
+        "You may not do this" in forbidden.content.decode()
+        and "only admins read the audit log" in forbidden.content.decode()
+    )
+    assert 'href="/"' in forbidden.content.decode()  # base.html's navigation
+    missing = client.get("/holds/ho_missing")
+    assert missing.status_code == 404 and "Not found" in missing.content.decode()
+    assert "<code>/holds/ho_missing</code>" in missing.content.decode()

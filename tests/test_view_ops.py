@@ -11,9 +11,10 @@ from django.db import connection
 from django.utils import timezone
 
 from holds import logging as rq_logging
-from holds import ops_views, rollup, services
+from holds import rollup, services
 from holds.auth import actor_for_account
 from holds.models import AuditEvent, Capability, Hold, Invocation, OpsHour
+from holds.web import ops as ops_views
 from tests import factories
 
 pytestmark = pytest.mark.django_db

@@ -14,6 +14,7 @@ from ..errors import Conflict, NotFound
 from ..ids import HOLD, public_id
 from ..models import AuditKind, Hold
 from ..policy import hold_refusal, may_claim, may_release
+from ..words import ActorKind
 from .audit import audit
 
 CLAIM_FOR = timedelta(minutes=15)
@@ -58,7 +59,7 @@ def hold_claim_renew(*, hold_id: int, actor: Actor) -> bool:
     """Renews this person's live claim while their page is open: writes only when the last renewal
     is more than RENEW_EVERY old (the UPDATE's condition), so polling every few seconds costs one write
     a minute. Not audited. False: nothing to renew (not theirs, ran out, or renewed a moment ago)."""
-    if actor.kind != "user":
+    if actor.kind != ActorKind.USER:
         return False
     return bool(
         Hold.objects.filter(

@@ -10,6 +10,7 @@ from ..ids import HOLD, public_id
 from ..models import Action, AuditEvent, AuditKind, Hold, HoldItem, Invocation
 from ..policy import decide_refusal, hold_refusal
 from ..schemas import Asked, blank_to_none, validate_decision
+from ..words import ActorKind
 from . import ports, sql
 from .transactions import insert_values, one_round_trip
 
@@ -87,8 +88,8 @@ def hold_decide(
         "status": Hold.Status.DECIDED.value,
         "decided_at": timezone.now(),
         "decided_by": actor.label,
-        "decided_by_user_id": actor.user.pk if actor.kind == "user" else None,
-        "decided_by_account_id": actor.account.pk if actor.kind == "account" else None,
+        "decided_by_user_id": actor.user.pk if actor.kind == ActorKind.USER else None,
+        "decided_by_account_id": actor.account.pk if actor.kind == ActorKind.ACCOUNT else None,
         "comment": comment,
     }
     resume_invocation = _write_decision(hold, items, stamp, resume, event)

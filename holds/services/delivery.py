@@ -20,6 +20,7 @@ from ..errors import Conflict, NotFound
 from ..models import AuditKind, Capability, Hold, Invocation, Run
 from ..policy import may_administer, require
 from ..schemas import schema_errors
+from ..words import DeliveryResult, OutcomeKind
 from . import ports, sql
 from .audit import audit
 from .runs import finish_run
@@ -104,7 +105,7 @@ def _fail_parked_eval_run(run: Run, invocation: Invocation) -> None:
 class Outcome:
     """What one delivery attempt came to; holds/delivery.py classifies the HTTP result into this."""
 
-    kind: str  # "answer" | "retry" | "fatal" | "gone"
+    kind: OutcomeKind
     answer: dict | None = None
     status_code: int | None = None
     error: str = ""
@@ -139,7 +140,7 @@ def invocation_record(*, invocation_id: str, attempt: int, outcome: Outcome) -> 
 
 def _stale(invocation: Invocation, run: Run) -> str:
     audit(AuditKind.RUN_STALE_ANSWER, SYSTEM, run_id=run.pk, invocation_id=invocation.id, run_status=run.status)
-    return "stale"
+    return DeliveryResult.STALE
 
 
 def _record_closed(*, invocation_id: str, attempt: int, outcome: Outcome) -> str:
@@ -152,8 +153,8 @@ def _record_closed(*, invocation_id: str, attempt: int, outcome: Outcome) -> str
         .first()
     )
     if closed is None or not closed.run.finished:
-        return "stale"
-    _write_attempt(invocation=closed, attempt=attempt, outcome=outcome, result="stale")
+        return DeliveryResult.STALE
+    _write_attempt(invocation=closed, attempt=attempt, outcome=outcome, result=DeliveryResult.STALE)
     return _stale(closed, closed.run)
 
 
@@ -203,7 +204,7 @@ def invocation_defer(*, invocation_id: str, attempt: int, wait: float, reason: s
         last_error=reason,
     )
     # Not "waiting": that is the status of a resume held back until its asker has answered.
-    return "deferred"
+    return DeliveryResult.DEFERRED
 
 
 # What recording an answer reads, in the order sql.LOCK_CLAIMED returns it; any other field loads on use.
@@ -271,9 +272,9 @@ def _write_attempt(*, invocation: Invocation, attempt: int, outcome: Outcome, re
 
 
 def _apply_outcome(invocation: Invocation, run: Run, asked: Hold | None, outcome: Outcome) -> str:
-    if outcome.kind == "answer":
+    if outcome.kind == OutcomeKind.ANSWER:
         return _apply_answer(invocation, run, outcome.answer, asked)
-    if outcome.kind == "gone":
+    if outcome.kind == OutcomeKind.GONE:
         Capability.objects.filter(pk=run.capability_id).update(endpoint_disabled_at=timezone.now())
         if run.experiment_id is not None:
             # An eval run does not wait for an admin: it fails, and its experiment can finish.
@@ -289,11 +290,11 @@ def _apply_outcome(invocation: Invocation, run: Run, asked: Hold | None, outcome
             capability=run.capability.name,
             reason="the agent answered 410 Gone",
         )
-        return "parked"
-    if outcome.kind == "fatal":
+        return DeliveryResult.PARKED
+    if outcome.kind == OutcomeKind.FATAL:
         _set_invocation(invocation, Invocation.Status.FAILED, error=outcome.error)
         finish_run(run, status=Run.Status.FAILED, actor=SYSTEM, error=outcome.error)
-        return "failed"
+        return DeliveryResult.FAILED
     # A failed attempt. After an ask it counts as the suspended answer on that hold: retrying
     # would re-run an agent that already put its question to a person.
     if asked is not None:
@@ -306,15 +307,15 @@ def _apply_outcome(invocation: Invocation, run: Run, asked: Hold | None, outcome
             # An eval run fails rather than wait for an admin's retry: every experiment finishes.
             _set_invocation(invocation, Invocation.Status.FAILED, error=outcome.error)
             finish_run(run, status=Run.Status.FAILED, actor=SYSTEM, error=f"eval run undeliverable: {outcome.error}")
-            return "failed"
+            return DeliveryResult.FAILED
         _set_invocation(invocation, Invocation.Status.UNDELIVERABLE, error=outcome.error)
-        return "undeliverable"
+        return DeliveryResult.UNDELIVERABLE
     delay = schedule[invocation.attempts] * random.uniform(0.8, 1.2)
     if outcome.retry_after is not None:
         delay = max(delay, outcome.retry_after)
     invocation.next_attempt_at = timezone.now() + timedelta(seconds=delay)
     _set_invocation(invocation, Invocation.Status.PENDING, error=outcome.error)
-    return "retry"
+    return DeliveryResult.RETRY
 
 
 def _set_invocation(invocation: Invocation, status: str, *, error: str = "", answer=None) -> None:
@@ -349,13 +350,13 @@ def _apply_answer(invocation: Invocation, run: Run, answer: dict, asked: Hold | 
                 f"{e['field']}: {e['message']}" for e in errors
             )
             finish_run(run, status=Run.Status.FAILED, actor=SYSTEM, error=reason)
-            return "failed"
+            return DeliveryResult.FAILED
         finish_run(run, status=Run.Status.COMPLETED, actor=SYSTEM, output=answer.get("output"))
-        return "answered"
+        return DeliveryResult.ANSWERED
     if status == "failed":
         _set_invocation(invocation, Invocation.Status.ANSWERED, answer=answer)
         finish_run(run, status=Run.Status.FAILED, actor=SYSTEM, error=str(answer.get("error") or "failed"))
-        return "answered"
+        return DeliveryResult.ANSWERED
     # suspended: it must name the hold that this invocation asked, whatever its status now.
     hold_id = answer.get("hold_id")
     if asked is None or hold_id != asked.public_id:
@@ -364,7 +365,7 @@ def _apply_answer(invocation: Invocation, run: Run, answer: dict, asked: Hold | 
             f"{asked.public_id}" if asked else "no hold"
         )
         finish_run(run, status=Run.Status.FAILED, actor=SYSTEM, error=reason)
-        return "failed"
+        return DeliveryResult.FAILED
     _set_invocation(invocation, Invocation.Status.ANSWERED, answer=answer, error=note)
     run.status = Run.Status.HELD
     run.save(update_fields=["status"])
@@ -382,7 +383,7 @@ def _apply_answer(invocation: Invocation, run: Run, answer: dict, asked: Hold | 
         # needs nobody.)
         ports.hold_asked_on_commit(asked.pk)
     audit(AuditKind.RUN_HELD, SYSTEM, run_id=run.pk, hold_id=asked.pk, invocation_id=invocation.id, note=note)
-    return "answered"
+    return DeliveryResult.ANSWERED
 
 
 def invocation_retry(*, invocation_id: str, actor: Actor) -> Invocation:

@@ -26,6 +26,7 @@ from ..models import (
 )
 from ..policy import may_record_evals, require
 from ..schemas import schema_errors
+from ..words import ActorKind
 from . import ports
 from .audit import audit
 from .runs import finish_run, new_invocation
@@ -166,8 +167,8 @@ def experiment_start(*, dataset: Dataset, actor: Actor) -> tuple[Experiment, lis
                     seq=1,
                     experiment=experiment,
                     dataset_item=item,
-                    started_by_user=actor.user if actor.kind == "user" else None,
-                    started_by_account=actor.account if actor.kind == "account" else None,
+                    started_by_user=actor.user if actor.kind == ActorKind.USER else None,
+                    started_by_account=actor.account if actor.kind == ActorKind.ACCOUNT else None,
                 )
                 for item in items
             ]

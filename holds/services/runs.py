@@ -12,6 +12,7 @@ from ..ids import RUN, public_id
 from ..models import AuditKind, Capability, IdempotencyKey, Invocation, Run, RunFile, RunState, ServiceAccount
 from ..policy import may_fail_run, may_start_run, require
 from ..schemas import canonical_json, schema_errors
+from ..words import ActorKind
 from . import ports, sql
 from .audit import audit
 
@@ -52,7 +53,7 @@ def run_start(
         raise Invalid(errors)
     try:
         with transaction.atomic():
-            parent = actor.run if actor.kind == "run" else None
+            parent = actor.run if actor.kind == ActorKind.RUN else None
             run = Run.objects.create(
                 capability=capability,
                 version=capability.version,
@@ -63,8 +64,8 @@ def run_start(
                 # A run started by an eval run is an eval run too (it replays no holds: delivery.eval_field).
                 experiment_id=parent.experiment_id if parent else None,
                 dataset_item_id=parent.dataset_item_id if parent else None,
-                started_by_user=actor.user if actor.kind == "user" else None,
-                started_by_account=actor.account if actor.kind == "account" else None,
+                started_by_user=actor.user if actor.kind == ActorKind.USER else None,
+                started_by_account=actor.account if actor.kind == ActorKind.ACCOUNT else None,
             )
             if idempotency_key:
                 IdempotencyKey.objects.create(caller=actor.caller_key, key=idempotency_key, run=run)

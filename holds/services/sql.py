@@ -10,8 +10,8 @@ Each statement's comment says what it does and names the test that pins it.
 import functools
 
 from .. import rows
-from ..auth import LIVE_TOKEN_SQL, RUN_TOKEN_HASH_SQL
-from ..models import AuditKind, Capability, Hold, HoldItem, Invocation, Run
+from ..auth import LIVE_TOKEN_SQL, RUN_TOKEN_HASH_SQL, SYSTEM
+from ..models import AuditKind, Capability, Experiment, Hold, HoldItem, Invocation, Run
 
 
 def lit(value: str) -> str:
@@ -69,15 +69,16 @@ SELECT %(now)s, %(actor)s, %(kind)s, %(run)s, NULL, '', jsonb_build_object(
 # (test_it_finishes_an_experiment_once_when_two_beats_race).
 FINISH_EXPERIMENTS = f"""
 WITH done AS (
-    UPDATE holds_experiment e SET status = {lit("finished")}, finished_at = %(now)s
-    WHERE e.status = {lit("running")} AND (%(experiment)s::bigint IS NULL OR e.id = %(experiment)s::bigint)
+    UPDATE holds_experiment e SET status = {lit(Experiment.Status.FINISHED)}, finished_at = %(now)s
+    WHERE e.status = {lit(Experiment.Status.RUNNING)}
+      AND (%(experiment)s::bigint IS NULL OR e.id = %(experiment)s::bigint)
       AND NOT EXISTS (
           SELECT 1 FROM holds_run r WHERE r.experiment_id = e.id AND r.parent_id IS NULL
             AND r.status IN ({lit(Run.Status.RUNNING)}, {lit(Run.Status.HELD)}))
     RETURNING e.id, e.dataset_id
 ), audited AS (
     INSERT INTO holds_auditevent (at, actor, kind, run_id_ref, hold_id_ref, invocation_id_ref, data)
-    SELECT %(now)s, 'system', {lit(AuditKind.EXPERIMENT_FINISHED)}, NULL, NULL, '',
+    SELECT %(now)s, {lit(SYSTEM.label)}, {lit(AuditKind.EXPERIMENT_FINISHED)}, NULL, NULL, '',
            jsonb_build_object('experiment', 'ex_' || id, 'dataset', 'ds_' || dataset_id)
     FROM done
 )

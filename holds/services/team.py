@@ -8,7 +8,8 @@ from ..auth import Actor, new_service_key
 from ..config import new_secret
 from ..errors import Conflict, Invalid, NotFound
 from ..models import AuditKind, Capability, Membership, Role, ServiceAccount
-from ..policy import may_administer, require
+from ..policy import may_manage_team, require
+from ..words import ActorKind
 from .audit import audit
 
 # What a capability gets for each key that agentos.yaml leaves out.
@@ -79,7 +80,7 @@ def service_account_create(*, name: str, role: str, actor: Actor):
 
 
 def _require_admin(actor: Actor) -> None:
-    require(may_administer(actor, "manage people, service accounts and approvers"))
+    require(may_manage_team(actor))
 
 
 def person_set_role(*, user_id: int, role: str, actor: Actor) -> None:
@@ -104,7 +105,7 @@ def person_set_active(*, user_id: int, active: bool, actor: Actor) -> None:
         user = get_user_model().objects.select_for_update().filter(pk=user_id).first()
         if user is None:
             raise NotFound("no such person")
-        if actor.kind == "user" and actor.user.pk == user.pk and not active:
+        if actor.kind == ActorKind.USER and actor.user.pk == user.pk and not active:
             raise Conflict("you cannot deactivate yourself", code="self")
         before = user.is_active
         user.is_active = active

@@ -6,6 +6,7 @@ from django import template
 from django.utils import timezone
 
 from .. import rendering
+from ..words import Action
 
 register = template.Library()
 
@@ -60,7 +61,7 @@ def iso(moment: datetime | None) -> str:
 
 @register.filter
 def action_label(action: str) -> str:
-    return {"approve": "Approve", "edit": "Edit", "reject": "Reject", "feedback": "Feedback"}.get(action, action)
+    return Action(action).label if action in Action.values else action
 
 
 @register.filter

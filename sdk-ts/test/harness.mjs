@@ -81,6 +81,7 @@ export class Service {
     this.url = info.url;
     this.key = info.key;
     this.logs = info.logs;
+    this.databaseUrl = info.database_url; // the service's fresh database: a test may keep a framework's store in it
     this.stop = stop;
   }
 

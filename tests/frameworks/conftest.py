@@ -3,13 +3,18 @@ a Celery worker and beat (tests/processes.py), PostgreSQL and Redis, one service
 runs in the test process on the agentos SDK (agentos.Server), so a test can read what its tools received.
 """
 
+import datetime as dt
+import socket
 import uuid
 
 import agentos
 import httpx
 import pytest
 from django.db import connections
+from django.utils import timezone
 
+from holds.ids import HOLD, RUN, parse_public_id
+from holds.models import Hold, RunState
 from tests import factories
 from tests.processes import Processes, free_port, service_env, wait_until
 
@@ -41,7 +46,8 @@ class Drive:
         port = free_port()
         cap = factories.capability(name=self.name, endpoint=f"http://127.0.0.1:{port}", timeout_seconds=60.0)
         self.key = factories.account(f"bot-{self.name}", role="member")[1]
-        self.agent = agentos.Server({self.name: handler}, port=port, secret=cap.secret).start()
+        self.port, self.secret = port, cap.secret
+        self.agent = self._serve(handler)
         self.api = httpx.Client(base_url=url, headers={"authorization": f"Bearer {self.key}"}, timeout=30)
 
     def run(self, run_id: str) -> dict:
@@ -80,6 +86,41 @@ class Drive:
             90,
             "the run to move on",
         )
+
+    def _serve(self, handler) -> agentos.Server:
+        server = agentos.Server({self.name: handler}, port=self.port, secret=self.secret)
+        # Remember each accepted connection: a restart must end the kept-alive ones too, or the old
+        # handler would go on answering the service on them.
+        server.connections = []
+        accept = server.httpd.get_request
+
+        def get_request():
+            conn, addr = accept()
+            server.connections.append(conn)
+            return conn, addr
+
+        server.httpd.get_request = get_request
+        return server.start()
+
+    def restart(self, handler) -> None:
+        """The agent process is gone, with its connections; a new one (a new handler, its framework
+        objects built anew) answers on the same endpoint."""
+        self.agent.stop()
+        for conn in self.agent.connections:
+            try:
+                conn.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass  # already closed
+        self.agent = self._serve(handler)
+
+    def expire(self, hold: dict) -> None:
+        """The hold's deadline passes now; beat's sweep (every second here) expires it."""
+        pk = parse_public_id(hold["hold_id"], HOLD)
+        assert Hold.objects.filter(pk=pk).update(expires_at=timezone.now() - dt.timedelta(seconds=1)) == 1
+
+    def lose_run_state(self, run_id: str, key: str) -> None:
+        """What the agent kept in run state under `key` is gone (the store it resumes from is lost)."""
+        assert RunState.objects.filter(run_id=parse_public_id(run_id, RUN), key=key).delete()[0] == 1
 
     def close(self) -> None:
         self.agent.stop()

@@ -87,7 +87,7 @@ export async function loadPause<P extends Pause>(inv: Invocation, key: string): 
     if (stored) throw new Error(`run state "${key}" already holds a later step of this run`);
     return { kind: "start" };
   }
-  if (!stored) throw new Error(`nothing to resume: run state "${key}" holds no paused run`);
+  if (!stored) throw new Error(`run ${inv.runId}: nothing to resume: run state "${key}" holds no paused run`);
   if (stored.holdId !== resumed) {
     throw new Error(`run state "${key}" waits on hold ${stored.holdId ?? "(not asked)"}, not on ${resumed}`);
   }

@@ -1,7 +1,8 @@
 """Framework adapters: each turns a framework's own pause into one Review Queue hold.
 
 Import the one you need (`agentos.adapters.langgraph`, `.openai_agents`, `.claude`,
-`.bedrock`, `.agno`); each imports its framework, which the `agentos` package does not depend on.
+`.bedrock`, `.agno`, `.pydantic_ai`, `.adk`); each imports its framework, which the `agentos` package
+does not depend on.
 """
 
 from __future__ import annotations
@@ -26,6 +27,17 @@ def run_coroutine(coro: Coroutine) -> Any:
         return asyncio.run(coro)
     with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
         return pool.submit(asyncio.run, coro).result()
+
+
+def decided_item(inv: Any, item_id: str) -> Any:
+    """The reviewer's decision on one item, or None when the hold expired (or the item was not in it):
+    the adapter then rejects the call with EXPIRED_MESSAGE."""
+    if inv.resume.expired:
+        return None
+    try:
+        return inv.resume.item(item_id)
+    except KeyError:
+        return None
 
 
 def jsonable(value: Any) -> Any:

@@ -15,7 +15,6 @@ from django.contrib.auth import views as auth_views
 from django.contrib.auth.decorators import login_required
 from django.contrib.auth.tokens import default_token_generator
 from django.contrib.auth.validators import UnicodeUsernameValidator
-from django.core.exceptions import PermissionDenied
 from django.shortcuts import get_object_or_404, render
 from django.urls import reverse, reverse_lazy
 from django.utils.encoding import force_bytes
@@ -23,12 +22,13 @@ from django.utils.http import urlsafe_base64_encode
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET, require_POST
 
-from . import services
-from .auth import Actor, actor_for_user, role_of_user
-from .errors import Forbidden, Invalid, ServiceError
-from .models import Capability, Role, ServiceAccount
-from .policy import may_administer
-from .responses import SeeOther, see_other
+from .. import services
+from ..auth import Actor, actor_for_user, role_of_user
+from ..errors import ServiceError
+from ..models import Capability, Role, ServiceAccount
+from ..policy import may_manage_team
+from ..responses import SeeOther, see_other
+from .common import forbid, refused
 
 APPROVER_ROLES = (Role.ADMIN, Role.MEMBER)
 # Capability keys the team page shows, with the model field each one sets.
@@ -67,9 +67,7 @@ class AccountForm(forms.Form):
 
 def _admin(request) -> Actor:
     actor = actor_for_user(request.user)
-    refusal = may_administer(actor, "manage the team")
-    if refusal is not None:
-        raise PermissionDenied(refusal.message)
+    forbid(may_manage_team(actor))
     return actor
 
 
@@ -78,17 +76,12 @@ def _back(section: str) -> SeeOther:
 
 
 def _run(request, section: str, call, done: str):
-    """Calls a team service; a refusal becomes a message on the page (403 stays a 403)."""
+    """Calls a team service; a refusal becomes a message on the page (403 stays a 403: common.refused)."""
     try:
         result = call()
-    except Forbidden as exc:
-        raise PermissionDenied(exc.message) from None
-    except Invalid as exc:
-        messages.error(request, "; ".join(e["message"] for e in exc.errors) or exc.message)
     except ServiceError as exc:
-        messages.error(request, exc.message)
-    else:
-        messages.success(request, done.format(result=result))
+        return refused(request, exc, reverse("team") + f"#{section}")
+    messages.success(request, done.format(result=result))
     return _back(section)
 
 

@@ -9,7 +9,6 @@ from datetime import datetime
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
-from django.core.exceptions import PermissionDenied
 from django.db.models import Count
 from django.http import HttpResponse
 from django.shortcuts import render
@@ -19,13 +18,13 @@ from django.utils.http import urlencode
 from django.utils.safestring import SafeString
 from django.views.decorators.http import require_GET, require_POST
 
-from . import rendering, rollup, services
-from .auth import actor_for_user
-from .errors import Forbidden, ServiceError
-from .models import Invocation
-from .policy import may_read
-from .responses import see_other
-from .rollup import HOUR, floor_hour, percentile
+from .. import rendering, rollup, services
+from ..auth import actor_for_user
+from ..errors import ServiceError
+from ..models import Invocation
+from ..responses import see_other
+from ..rollup import HOUR, floor_hour, percentile
+from .common import refused, viewer
 
 LIST_LIMIT = 20
 # Counts on the ops page stop here ("10000+"): past it the number no longer changes what ops do,
@@ -260,17 +259,10 @@ def ops_context(actor) -> dict:
     }
 
 
-def _ops_actor(request):
-    actor = actor_for_user(request.user)
-    if may_read(actor) is not None:
-        raise PermissionDenied("your account has no role")
-    return actor
-
-
 @require_GET
 @login_required
 def ops_page(request):
-    actor = _ops_actor(request)
+    actor = viewer(request)
     template = "holds/ops.html" + ("#ops-body" if request.htmx else "")
     return render(request, template, ops_context(actor))
 
@@ -279,7 +271,7 @@ def ops_page(request):
 @login_required
 def ops_fragment(request):
     """The self-refreshing part of /ops (HTMX polls it; it is a plain page without JS too)."""
-    actor = _ops_actor(request)
+    actor = viewer(request)
     return render(request, "holds/ops.html#ops-body", ops_context(actor))
 
 
@@ -291,12 +283,9 @@ def _act(request, do, done: str) -> HttpResponse:
     actor = actor_for_user(request.user)
     try:
         result = do(actor)
-    except Forbidden as exc:
-        raise PermissionDenied(exc.message) from None
     except ServiceError as exc:
-        messages.error(request, exc.message)
-    else:
-        messages.success(request, done.format(result=result))
+        return refused(request, exc, reverse("ops"))
+    messages.success(request, done.format(result=result))
     return see_other(reverse("ops"))
 
 

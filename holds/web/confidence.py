@@ -13,24 +13,25 @@ from django.http import HttpResponse
 from django.shortcuts import render
 from django.views.decorators.http import require_POST
 
-from . import queries
+from .. import queries
+from ..forms import DecisionForm
+from ..policy import decide_refusal
 from .by_confidence import DEFAULT_THRESHOLD, THRESHOLDS, score
-from .forms import DecisionForm
-from .policy import decide_refusal
-from .views import _item_views, _load, _viewer
+from .common import load_hold, viewer
+from .hold import item_views
 
 
 @require_POST
 @login_required
 def by_confidence_preview(request, hold_id: str):
-    actor = _viewer(request)
-    hold = _load(hold_id)
+    actor = viewer(request)
+    hold = load_hold(hold_id)
     if decide_refusal(actor, hold) is not None:
         return HttpResponse("This hold cannot be decided by you now.", status=403, content_type="text/plain")
     chosen = request.POST.get("threshold", DEFAULT_THRESHOLD)
     if chosen not in THRESHOLDS:
         return HttpResponse("Choose one of " + ", ".join(THRESHOLDS) + ".", status=422, content_type="text/plain")
-    views = _item_views(DecisionForm(hold, queries.hold_items(hold)))
+    views = item_views(DecisionForm(hold, queries.hold_items(hold)))
     scored = score(hold, views, float(chosen))
     context = {
         "hold": hold,
@@ -38,4 +39,4 @@ def by_confidence_preview(request, hold_id: str):
         "approved": [s for s in scored if s.approve],
         "stay": [s for s in scored if not s.approve],
     }
-    return render(request, "holds/_by_confidence_preview.html", context)
+    return render(request, "holds/hold.html#by-confidence-preview", context)

@@ -10,19 +10,19 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from django.contrib.auth.decorators import login_required
-from django.core.exceptions import PermissionDenied
 from django.http import HttpResponseBadRequest, StreamingHttpResponse
 from django.shortcuts import render
 from django.urls import reverse
 from django.utils.http import urlencode
 from django.views.decorators.http import require_GET
 
-from . import spreadsheet
-from .auth import actor_for_user
-from .ids import HOLD, RUN, parse_public_id, public_id
-from .models import AuditEvent, AuditKind
-from .paging import decode_cursor, encode_cursor, read_page
-from .policy import may_administer
+from .. import spreadsheet
+from ..auth import actor_for_user
+from ..ids import HOLD, RUN, parse_public_id, public_id
+from ..models import AuditEvent, AuditKind
+from ..paging import decode_cursor, encode_cursor, read_page
+from ..policy import may_administer
+from .common import forbid
 
 
 @dataclass
@@ -118,9 +118,7 @@ def filtered(filters: Filters):
 
 def _admin(request):
     actor = actor_for_user(request.user)
-    refusal = may_administer(actor, "read the audit log")
-    if refusal is not None:
-        raise PermissionDenied(refusal.message)
+    forbid(may_administer(actor, "read the audit log"))
     return actor
 
 

@@ -11,9 +11,9 @@ from django.utils import timezone
 from django.utils.http import urlencode
 from django.views.decorators.http import require_GET
 
-from . import calibration, rollup, spreadsheet
-from .auth import actor_for_user
-from .models import Capability
+from .. import calibration, rollup, spreadsheet
+from ..auth import actor_for_user
+from ..models import Capability
 
 # The plot's square in SVG units, inside margins for the axes' labels.
 SIZE, LEFT, TOP = 240, 44, 12

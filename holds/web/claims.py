@@ -8,11 +8,11 @@ from django.urls import reverse
 from django.utils import timezone
 from django.views.decorators.http import require_POST
 
-from . import presence, ratelimit, services
-from .errors import Conflict, Forbidden, NotFound, RateLimited
-from .policy import sees_presence
-from .responses import see_other
-from .views import _load, _viewer
+from .. import presence, ratelimit, services
+from ..errors import ServiceError
+from ..policy import sees_presence
+from ..responses import see_other
+from .common import load_hold, problems, viewer
 
 
 def _context(request, hold, actor) -> dict:
@@ -24,22 +24,22 @@ def _context(request, hold, actor) -> dict:
 def hold_presence(request, hold_id: str):
     """The page's poll: marks the person present (cache), renews their claim at most once a minute,
     and answers the presence line."""
-    actor = _viewer(request)
-    hold = _load(hold_id)
+    actor = viewer(request)
+    hold = load_hold(hold_id)
     # Only a claim of theirs that was renewed over a minute ago is written (the service re-checks
     # with the database's clock); just looking writes nothing.
     due = timezone.now() + services.CLAIM_FOR - services.RENEW_EVERY
     if hold.claimed_by_id == request.user.pk and hold.claimed_until and hold.claimed_until <= due:
         if sees_presence(actor, hold) and services.hold_claim_renew(hold_id=hold.pk, actor=actor):
-            hold = _load(hold_id)
-    return render(request, "holds/_presence.html", _context(request, hold, actor))
+            hold = load_hold(hold_id)
+    return render(request, "holds/hold.html#presence", _context(request, hold, actor))
 
 
 @require_POST
 @login_required
 def hold_claim(request, hold_id: str):
-    actor = _viewer(request)
-    hold = _load(hold_id)
+    actor = viewer(request)
+    hold = load_hold(hold_id)
     try:
         # Each take and release writes an audit row: a person's cycles are bounded (RQ_RATE_CLAIM).
         ratelimit.api_limit("claim", actor)
@@ -49,11 +49,13 @@ def hold_claim(request, hold_id: str):
         else:
             services.hold_claim(hold_id=hold.pk, actor=actor)
             note = "You are on it: others see it as claimed by you for 15 minutes, renewed while this page is open."
-    except (Conflict, Forbidden, NotFound, RateLimited) as exc:
+    except ServiceError as exc:
         note = None
-        messages.error(request, f"Not claimed: {exc.message}")
+        messages.error(request, f"Not claimed: {problems(exc)}")
     if request.htmx:
-        return render(request, "holds/_presence.html", {**_context(request, _load(hold_id), actor), "note": note})
+        return render(
+            request, "holds/hold.html#presence", {**_context(request, load_hold(hold_id), actor), "note": note}
+        )
     if note:
         messages.success(request, note)
     return see_other(reverse("hold", args=[hold.public_id]))

@@ -6,21 +6,21 @@ deleting and starting are for approvers of the capability, through holds.service
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
-from django.core.exceptions import PermissionDenied
 from django.db.models import Count, Q
-from django.http import Http404, HttpResponse
+from django.http import Http404
 from django.shortcuts import render
 from django.urls import reverse
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
-from . import experiments, services
-from .auth import Actor, actor_for_user
-from .errors import Invalid, RateLimited, ServiceError
-from .ids import DATASET, DATASET_ITEM, EXPERIMENT, HOLD, parse_public_id
-from .models import Dataset, DatasetItem, Experiment, Hold, Run
-from .paging import decode_cursor, encode_cursor, read_page
-from .policy import may_read_evals, may_record_evals
-from .responses import see_other
+from .. import experiments, services
+from ..auth import Actor, actor_for_user
+from ..errors import Invalid, ServiceError
+from ..ids import DATASET, DATASET_ITEM, EXPERIMENT, HOLD, parse_public_id
+from ..models import Dataset, DatasetItem, Experiment, Hold, Run
+from ..paging import decode_cursor, encode_cursor, read_page
+from ..policy import may_read_evals, may_record_evals
+from ..responses import see_other
+from .common import forbid, service_errors
 
 RUN_COUNTS = {
     name: Count("runs", filter=Q(runs__parent__isnull=True, runs__status=status))
@@ -34,8 +34,7 @@ RUN_COUNTS = {
 
 def _reader(request) -> Actor:
     actor = actor_for_user(request.user)
-    if may_read_evals(actor) is not None:
-        raise PermissionDenied("your account has no role")
+    forbid(may_read_evals(actor))
     return actor
 
 
@@ -160,26 +159,23 @@ def dataset_page(request, dataset_id: str):
     return render(request, "holds/dataset.html", context)
 
 
+def _back_to_dataset(dataset_id: str, item_id: str = "") -> str:
+    return reverse("dataset", args=[dataset_id])
+
+
 @require_POST
 @login_required
+@service_errors(_back_to_dataset, forbidden_message=True)
 def experiment_start(request, dataset_id: str):
     actor = _reader(request)
     dataset = _dataset(dataset_id)
-    try:
-        experiment, _ = services.experiment_start(dataset=dataset, actor=actor)
-    except RateLimited as exc:
-        # The same 429 as the API's door (issue 30.3), with a page a person can read.
-        response = HttpResponse(f"{exc.message}.", status=429, content_type="text/plain; charset=utf-8")
-        response["Retry-After"] = str(exc.extra["retry_after"])
-        return response
-    except ServiceError as exc:
-        messages.error(request, exc.message)
-        return see_other(reverse("dataset", args=[dataset.public_id]))
+    experiment, _ = services.experiment_start(dataset=dataset, actor=actor)
     return see_other(reverse("experiment", args=[experiment.public_id]))
 
 
 @require_POST
 @login_required
+@service_errors(_back_to_dataset, forbidden_message=True)
 def dataset_item_delete(request, dataset_id: str, item_id: str):
     actor = _reader(request)
     dataset = _dataset(dataset_id)
@@ -187,11 +183,8 @@ def dataset_item_delete(request, dataset_id: str, item_id: str):
     if item is None:
         raise Http404("no such item")
     item.dataset = dataset
-    try:
-        services.dataset_item_delete(item=item, actor=actor)
-        messages.success(request, f"Deleted {item.public_id}.")
-    except ServiceError as exc:
-        messages.error(request, exc.message)
+    services.dataset_item_delete(item=item, actor=actor)
+    messages.success(request, f"Deleted {item.public_id}.")
     return see_other(reverse("dataset", args=[dataset.public_id]))
 
 

@@ -22,7 +22,7 @@ from django.forms.utils import ErrorDict
 from django.shortcuts import render
 from django.views.generic import RedirectView
 
-from . import ratelimit
+from .. import ratelimit
 
 TEMPLATE = "holds/login.html"
 _login = auth_views.LoginView.as_view(template_name=TEMPLATE)

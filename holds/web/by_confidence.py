@@ -1,12 +1,14 @@
 """Approve by confidence, scored on the server: which items a threshold approves and why.
 
 The page's preview (confidence_views) and the decision that records which approvals the shortcut
-set (views.hold_decision, for calibration) both score here, so a crafted form field can name no
+set (hold.hold_decision, for calibration) both score here, so a crafted form field can name no
 item that the threshold did not set. An item whose title, id, data or details the page flags
 (hidden characters, mixed scripts) always stays undecided.
 """
 
 from dataclasses import dataclass
+
+from ..words import Action
 
 THRESHOLDS = ("0.5", "0.7", "0.8", "0.9", "0.95", "1.0")
 DEFAULT_THRESHOLD = "0.9"
@@ -14,7 +16,7 @@ DEFAULT_THRESHOLD = "0.9"
 
 @dataclass
 class Scored:
-    view: object  # views.ItemView
+    view: object  # hold.ItemView
     confidence: float | None
     approve: bool
     why: str
@@ -23,7 +25,7 @@ class Scored:
 def offers_approve(item, hold) -> bool:
     """The item's effective actions: its own when it has them, else the hold's."""
     actions = getattr(item, "actions", None) or hold.actions
-    return "approve" in actions
+    return Action.APPROVE in actions
 
 
 def score(hold, views: list, threshold: float) -> list[Scored]:

@@ -1,4 +1,5 @@
-"""Reviewer pages (HTMX). Thin: parse -> service -> render.
+"""One hold's page, its last look and its decision, and the files it lists. Thin: parse -> service ->
+render.
 
 Each page view serves the full page, or its fragment when HTMX asks (`template + "#fragment"`).
 Every page works without JavaScript: links keep their href and forms their action. No view
@@ -10,99 +11,32 @@ from urllib.parse import quote, unquote
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
-from django.core.exceptions import PermissionDenied
-from django.http import Http404, HttpResponseBadRequest
+from django.http import Http404
 from django.shortcuts import render
 from django.urls import reverse
 from django.utils import timezone
-from django.utils.http import urlencode
 from django.views.decorators.http import require_GET, require_POST
 from django_htmx.http import reswap, retarget
 
-from . import by_confidence, presence, queries, ratelimit, rendering, services
-from .api import serve_file
-from .auth import Actor, actor_for_user
-from .errors import Conflict, Forbidden, Invalid, NotFound, RateLimited
-from .forms import ACTION_LABELS, DecisionForm, ItemForm, parse_confirmed
-from .ids import FILE, HOLD, parse_public_id
-from .models import Capability, Hold, HoldItem, RunFile
-from .paging import BadCursor
-from .policy import approves, decidable_ids, decide_refusal, is_open, may_decide, may_read, may_read_file, sees_presence
-from .responses import see_other
-from .schemas import changed_fields
-
-# --- queue --------------------------------------------------------------------------------------
-
-
-@require_GET
-@login_required
-def queue(request):
-    actor = actor_for_user(request.user)
-    capabilities = list(Capability.objects.order_by("name"))
-    by_name = {c.name: c for c in capabilities}
-    capability = by_name.get(request.GET.get("capability", ""))
-    search = request.GET.get("q", "").strip()[:200]
-    show_all = request.GET.get("all") == "1"
-    cursor = request.GET.get("after", "")
-    try:
-        page = queries.queue_page(
-            actor, capabilities, show_all=show_all, capability=capability, search=search, cursor=cursor
-        )
-    except BadCursor:
-        return _broken_link()
-    # The highest hold id when the page was first shown; refreshes count what came after it.
-    seen = _int(request.GET.get("seen"))
-    if seen is None:
-        seen = queries.latest_hold_id()
-        new_ids = []
-    else:
-        new_ids = queries.queue_new_ids(
-            actor, capabilities, show_all=show_all, capability=capability, search=search, seen=seen
-        )
-    filters = {"capability": capability.name if capability else "", "q": search, "all": "1" if show_all else ""}
-    filters = {k: v for k, v in filters.items() if v}
-    context = {
-        "page": page,
-        "capabilities": capabilities,
-        "capability": capability,
-        "search": search,
-        "show_all": show_all,
-        "decides_any": any(approves(actor, c) for c in capabilities),
-        "role": actor.role,
-        "new_count": len(new_ids),
-        "new_more": len(new_ids) > queries.NEW_CAP,
-        "new_ids": set(new_ids),
-        "refresh_url": reverse("queue") + "?" + urlencode({**filters, "after": page.cursor, "seen": seen}),
-        "next_url": reverse("queue") + "?" + urlencode({**filters, "after": page.next_cursor})
-        if page.next_cursor
-        else "",
-        "first_url": reverse("queue") + ("?" + urlencode(filters) if filters else ""),
-        "all_url": reverse("queue") + "?" + urlencode({**filters, "all": "1"}),
-        "mine_url": reverse("queue") + "?" + urlencode({k: v for k, v in filters.items() if k != "all"}),
-        "filtered": bool(capability or search),
-        "nav": "queue",
-    }
-    _annotate_presence(actor, page.rows, request.user)
-    template = "holds/queue.html" + ("#queue-rows" if request.htmx else "")
-    return render(request, template, context)
-
-
-def _annotate_presence(actor: Actor, rows: list[Hold], user) -> None:
-    """Who else is looking at, and who claimed, each row the person may decide (one cache round trip)."""
-    now = timezone.now()
-    # Only where they may decide (policy.decidable_ids): a run's starter sees no claim on their own run's hold.
-    allowed = decidable_ids(actor, rows)
-    deciding = [h for h in rows if h.pk in allowed]
-    looking = presence.others_many([h.pk for h in deciding], user)
-    for hold in deciding:
-        hold.looking = looking.get(hold.pk, [])
-        live = hold.claimed_until is not None and hold.claimed_until > now and hold.claimed_by is not None
-        hold.claim_name = hold.claimed_by.get_username() if live else ""
-
-
-def _int(text) -> int | None:
-    return int(text) if isinstance(text, str) and text.isdigit() and len(text) < 19 else None
-
+from .. import presence, queries, ratelimit, rendering, services
+from ..api.common import serve_file
+from ..auth import Actor, actor_for_user
+from ..errors import Conflict, Forbidden, Invalid, NotFound, RateLimited
+from ..forms import DecisionForm, ItemForm, parse_confirmed
+from ..ids import FILE, parse_public_id
+from ..models import Hold, HoldItem, RunFile
+from ..policy import (
+    decide_refusal,
+    is_open,
+    may_decide,
+    may_read_file,
+    sees_presence,
+)
+from ..responses import see_other
+from ..schemas import changed_fields
+from ..words import Action
+from . import by_confidence
+from .common import load_hold, viewer
 
 # --- one hold -----------------------------------------------------------------------------------
 
@@ -129,7 +63,7 @@ class ItemView:
     @property
     def actions(self) -> list[tuple[str, str]]:
         """This item's own actions (else the hold's), as (value, label)."""
-        return [(a, ACTION_LABELS[a]) for a in self.form.actions]
+        return [(a, Action(a).label) for a in self.form.actions]
 
     @property
     def details_html(self):
@@ -146,27 +80,12 @@ class ItemView:
 
     @property
     def decided_changes(self) -> list[tuple[str, object, object]]:
-        if self.item.action != "edit" or not isinstance(self.item.decided_data, dict):
+        if self.item.action != Action.EDIT or not isinstance(self.item.decided_data, dict):
             return []
         return changed_fields(self.item.data, self.item.decided_data)
 
 
-def _load(hold_id: str) -> Hold:
-    pk = parse_public_id(hold_id, HOLD)
-    hold = queries.hold_for_page(pk) if pk else None
-    if hold is None:
-        raise Http404(f"hold {hold_id} does not exist")
-    return hold
-
-
-def _viewer(request) -> Actor:
-    actor = actor_for_user(request.user)
-    if may_read(actor) is not None:
-        raise PermissionDenied("your account has no role")
-    return actor
-
-
-def _item_views(form: DecisionForm) -> list[ItemView]:
+def item_views(form: DecisionForm) -> list[ItemView]:
     views = []
     for item_form in form.items:
         item = item_form.item
@@ -214,7 +133,7 @@ def _hold_context(request, hold: Hold, actor: Actor, form: DecisionForm | None =
         "hold": hold,
         "run": hold.run,
         "form": form,
-        "items": _item_views(form),
+        "items": item_views(form),
         "files": queries.hold_files(hold),
         "resume": None if hold.status == Hold.Status.PENDING else queries.hold_resume(hold),
         "details_html": rendering.markdown_html(hold.details_html),
@@ -224,7 +143,7 @@ def _hold_context(request, hold: Hold, actor: Actor, form: DecisionForm | None =
         "may_decide": decider,
         "can_decide": decider and open_,
         "overdue": hold.status == Hold.Status.PENDING and not open_,
-        "actions": [(a, ACTION_LABELS[a]) for a in form.actions],
+        "actions": [(a, Action(a).label) for a in form.actions],
         "role": actor.role,
         "extend_choices": extend_choices(hold) if decider and open_ else [],
         "bc_thresholds": by_confidence.THRESHOLDS,
@@ -235,8 +154,8 @@ def _hold_context(request, hold: Hold, actor: Actor, form: DecisionForm | None =
 @require_GET
 @login_required
 def hold_page(request, hold_id: str):
-    actor = _viewer(request)
-    hold = _load(hold_id)
+    actor = viewer(request)
+    hold = load_hold(hold_id)
     context = _hold_context(request, hold, actor)
     template = "holds/hold.html"
     if request.htmx and request.htmx.target == "delivery":
@@ -248,8 +167,8 @@ def hold_page(request, hold_id: str):
 @login_required
 def hold_review(request, hold_id: str):
     """The last look: what will be sent, before it is sent. Nothing is written here."""
-    actor = _viewer(request)
-    hold = _load(hold_id)
+    actor = viewer(request)
+    hold = load_hold(hold_id)
     refusal = decide_refusal(actor, hold, request.POST.get("fingerprint") or "")
     if refusal is not None:
         return _refused(request, hold, refusal)
@@ -263,8 +182,8 @@ def hold_review(request, hold_id: str):
     context = {
         "hold": hold,
         "form": form,
-        "items": _item_views(form),
-        "copied_to": sum(1 for f in form.items if f.action in ("edit", "reject", "feedback")),
+        "items": item_views(form),
+        "copied_to": sum(1 for f in form.items if f.action in (Action.EDIT, Action.REJECT, Action.FEEDBACK)),
         "by_confidence": " ".join(_by_confidence(request, form.items)),
         "by_confidence_threshold": request.POST.get("by_confidence_threshold", ""),
         "role": actor.role,
@@ -278,7 +197,7 @@ def hold_review(request, hold_id: str):
 def hold_decision(request, hold_id: str):
     """Confirm: the one write, through the service, which decides a hold at most once."""
     actor = actor_for_user(request.user)
-    hold = _load(hold_id)
+    hold = load_hold(hold_id)
     body = parse_confirmed(request.POST.get("decision", ""))
     if body is None:
         return _refused(request, hold, Invalid([{"field": "decision", "message": "the decision is not valid JSON"}]))
@@ -304,7 +223,7 @@ def _by_confidence(request, item_forms) -> list[str]:
     return [
         quote(f.item.item_id, safe="")
         for f in item_forms
-        if f.action == "approve" and quote(f.item.item_id, safe="") in applied
+        if f.action == Action.APPROVE and quote(f.item.item_id, safe="") in applied
     ]
 
 
@@ -315,13 +234,16 @@ def _by_confidence_ids(request, hold: Hold, body) -> list[str]:
     applied = {unquote(x) for x in request.POST.get("by_confidence", "").split()[:100]}
     if not applied:
         return []
-    views = _item_views(DecisionForm(hold, queries.hold_items(hold)))
+    views = item_views(DecisionForm(hold, queries.hold_items(hold)))
     applied &= by_confidence.set_by_threshold(hold, views, request.POST.get("by_confidence_threshold", ""))
     items = body.get("items") if isinstance(body, dict) else None
     return [
         i["id"]
         for i in items or []
-        if isinstance(i, dict) and i.get("action") == "approve" and isinstance(i.get("id"), str) and i["id"] in applied
+        if isinstance(i, dict)
+        and i.get("action") == Action.APPROVE
+        and isinstance(i.get("id"), str)
+        and i["id"] in applied
     ]
 
 
@@ -354,56 +276,6 @@ def _refused(request, hold: Hold, exc) -> object:
     if "retry_after" in exc.extra:
         response["Retry-After"] = str(exc.extra["retry_after"])
     return response
-
-
-# --- history ------------------------------------------------------------------------------------
-
-
-def _broken_link() -> HttpResponseBadRequest:
-    # A crafted or damaged `after=`: the list's first page is one link away.
-    return HttpResponseBadRequest(
-        "This page link is not one this server gave out; open the list from its first page.",
-        content_type="text/plain; charset=utf-8",
-    )
-
-
-@require_GET
-@login_required
-def history(request):
-    actor = _viewer(request)
-    capabilities = list(Capability.objects.order_by("name"))
-    capability = {c.name: c for c in capabilities}.get(request.GET.get("capability", ""))
-    status = request.GET.get("status", "")
-    status = status if status in queries.HISTORY_STATUSES else ""
-    search = request.GET.get("q", "").strip()[:200]
-    try:
-        page = queries.history_page(
-            capability=capability, status=status, search=search, cursor=request.GET.get("after", "")
-        )
-    except BadCursor:
-        return _broken_link()
-    filters = {
-        k: v
-        for k, v in {"capability": capability.name if capability else "", "status": status, "q": search}.items()
-        if v
-    }
-    context = {
-        "page": page,
-        "capabilities": capabilities,
-        "capability": capability,
-        "status": status,
-        "search": search,
-        "statuses": queries.HISTORY_STATUSES,
-        "next_url": reverse("history") + "?" + urlencode({**filters, "after": page.next_cursor})
-        if page.next_cursor
-        else "",
-        "first_url": reverse("history") + ("?" + urlencode(filters) if filters else ""),
-        "filtered": bool(filters),
-        "nav": "history",
-        "role": actor.role,
-    }
-    template = "holds/history.html" + ("#history-rows" if request.htmx else "")
-    return render(request, template, context)
 
 
 # --- files --------------------------------------------------------------------------------------

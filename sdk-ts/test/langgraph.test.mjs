@@ -1,0 +1,280 @@
+// Ports of LangGraph.js's own human-in-the-loop examples, through the real service (test/service.py:
+// gunicorn, Celery worker and beat, PostgreSQL, Redis) on `@langchain/langgraph` 1.7.3, `langchain` 1.5.14
+// and `@langchain/langgraph-checkpoint-postgres` 1.0.5, with the checkpoints in the test's own PostgreSQL.
+//
+// Sources:
+// - langchain-ai/langgraphjs, examples/streaming/src/agents/hitl-agent.ts (the tool
+//   `send_release_update_email`, the `humanInTheLoopMiddleware` config and `createAgent` are the example's)
+//   with examples/streaming/src/human-in-the-loop/in-process.ts (the run → interrupt → `Command({ resume:
+//   { decisions } })` loop);
+// - langchain-ai/docs, src/oss/langgraph/interrupts.mdx (JS), "Approve or reject" (`approvalNode`).
+// Changed per docs/sdk.md:
+// - `model` (Anthropic) → `fakeModel()` from `@langchain/core/testing`, scripted (no network);
+// - `checkpointer: new MemorySaver()` → `PostgresSaver.fromConnString(…)` (the adapter refuses an in-memory one);
+// - the tool records what it sent (the example returns the same object);
+// - in-process.ts's two `stream_v2` turns and its `decisions` → `langGraphAgent({ graph: agent, input })`;
+// - the docs' `StateSchema` → `Annotation.Root` (the same two fields), and `langGraphAgent({ graph })`.
+import assert from "node:assert/strict";
+import { after, before, describe, test } from "node:test";
+
+import { Server } from "@agentos/sdk";
+import { langGraphAgent } from "@agentos/sdk/langgraph";
+import { AIMessage } from "@langchain/core/messages";
+import { fakeModel } from "@langchain/core/testing";
+import { Annotation, Command, END, MemorySaver, START, StateGraph, interrupt } from "@langchain/langgraph";
+import { PostgresSaver } from "@langchain/langgraph-checkpoint-postgres";
+import { createAgent, humanInTheLoopMiddleware, tool } from "langchain";
+import { z } from "zod/v4";
+
+import { freePort, newSecret, startService, waitFor } from "./harness.mjs";
+
+const EXPIRED = "The approval request expired without a decision. Do not run this call.";
+
+/** Calls the tools of `turns[n]` once the calls before them have answers, then reports the tool messages. */
+function scripted(turns) {
+  const respond = (messages) => {
+    const answered = new Set(messages.filter((m) => m.type === "tool").map((m) => m.tool_call_id));
+    const next = turns.find((turn) => !turn.every(([, , id]) => answered.has(id)));
+    if (next) return new AIMessage({ content: "", tool_calls: next.map(([name, args, id]) => ({ id, name, args })) });
+    const seen = messages.filter((m) => m.type === "tool").map((m) => `${m.tool_call_id}=${m.content}`);
+    return new AIMessage(seen.sort().join("; "));
+  };
+  const model = fakeModel();
+  for (let i = 0; i < 16; i++) model.respond(respond);
+  return model;
+}
+
+function hitlAgent(turns, sent, checkpointer) {
+  const sendReleaseUpdateEmail = tool(
+    async ({ to, subject, body }) => {
+      sent.push({ to, subject, body });
+      return {
+        status: "queued",
+        content: `Queued a release update email to ${to} with subject "${subject}".`,
+        email: { to, subject, body },
+      };
+    },
+    {
+      name: "send_release_update_email",
+      description: "Send a release or rollout update email to a stakeholder. Requires human approval before dispatch.",
+      schema: z.object({
+        to: z.string().describe("The email address to send the update to."),
+        subject: z.string().describe("A concise subject line for the message."),
+        body: z.string().describe("The full email body that should be reviewed before sending."),
+      }),
+    },
+  );
+
+  const hitlMiddleware = humanInTheLoopMiddleware({
+    interruptOn: {
+      send_release_update_email: {
+        allowedDecisions: ["approve", "edit", "reject"],
+        description: "Review the outbound update before the email is sent.",
+      },
+    },
+    descriptionPrefix: "Human review required",
+  });
+
+  return createAgent({
+    model: scripted(turns),
+    tools: [sendReleaseUpdateEmail],
+    middleware: [hitlMiddleware],
+    checkpointer,
+    systemPrompt: `You are a helpful assistant that sends emails on behalf of the user.
+When the user asks you to send, notify, email, or announce something, you MUST
+immediately call the send_release_update_email tool. Draft a professional subject
+and body yourself based on the user's request. Use "team@example.com" as the
+default recipient unless the user specifies someone else.
+Never ask clarifying questions — just draft and send.`,
+  });
+}
+
+// "Approve or reject" (interrupts.mdx, JS).
+const State = Annotation.Root({ actionDetails: Annotation(), status: Annotation() });
+function approvalGraph(checkpointer, proceeded) {
+  const approvalNode = (state) => {
+    // Pause execution; payload surfaces in result.__interrupt__
+    const isApproved = interrupt({
+      question: "Do you want to proceed?",
+      details: state.actionDetails,
+    });
+
+    // Route based on the response
+    if (isApproved) {
+      return new Command({ goto: "proceed" }); // Runs after the resume payload is provided
+    } else {
+      return new Command({ goto: "cancel" });
+    }
+  };
+  return new StateGraph(State)
+    .addNode("approval", approvalNode, { ends: ["proceed", "cancel"] })
+    .addNode("proceed", (state) => (proceeded.push(state.actionDetails), { status: "approved" }))
+    .addNode("cancel", () => ({ status: "rejected" }))
+    .addEdge(START, "approval")
+    .addEdge("proceed", END)
+    .addEdge("cancel", END)
+    .compile({ checkpointer });
+}
+
+const SEND = [["send_release_update_email", { to: "team@example.com", subject: "Streaming API is live", body: "The new streaming API ships today." }, "call_send"]];
+const FOLLOW_UP = [["send_release_update_email", { to: "cto@example.com", subject: "Streaming API: rollout done", body: "All regions." }, "call_follow_up"]];
+const userMessage = (inv) => ({ messages: [{ role: "user", content: inv.input.prompt }] });
+const toolMessages = (values) => Object.fromEntries(values.messages.filter((m) => m.type === "tool").map((m) => [m.tool_call_id, [m.status ?? "success", m.content]]));
+
+const secret = newSecret();
+let service;
+let port;
+let server;
+let expiring;
+const savers = [];
+const sent = { main: [], restarted: [], expiring: [] };
+const proceeded = [];
+
+async function saver() {
+  const s = PostgresSaver.fromConnString(service.databaseUrl, { schema: "langgraph" });
+  await s.setup();
+  savers.push(s);
+  return s;
+}
+
+async function serveAgents(sentTo) {
+  const checkpointer = await saver();
+  return new Server(
+    {
+      email: langGraphAgent({ graph: hitlAgent([SEND], sentTo, checkpointer), input: userMessage, output: toolMessages }),
+      email_twice: langGraphAgent({ graph: hitlAgent([SEND, FOLLOW_UP], sentTo, checkpointer), input: userMessage, output: toolMessages }),
+      email_expiring: langGraphAgent({ graph: hitlAgent([SEND], sent.expiring, checkpointer), input: userMessage, output: toolMessages, expiresIn: 60 }),
+      approval: langGraphAgent({ graph: approvalGraph(checkpointer, proceeded) }),
+    },
+    { secret, port, log: () => {} },
+  ).listen();
+}
+
+before(async () => {
+  port = await freePort();
+  const endpoint = `http://127.0.0.1:${port}`;
+  service = await startService("langgraph", {
+    email: { endpoint, secret },
+    email_twice: { endpoint, secret },
+    email_expiring: { endpoint, secret },
+    approval: { endpoint, secret },
+  });
+  server = await serveAgents(sent.main);
+  // Asked first, so that its 60 s (the shortest expiry) pass while the rest runs.
+  expiring = await service.startRun("email_expiring", { prompt: "Send a release update email about the new streaming API" });
+});
+
+after(async () => {
+  await server?.close();
+  for (const s of savers) await s.end();
+  await service?.stop();
+});
+
+async function nextHold(runId, previous) {
+  return waitFor(
+    async () => {
+      const run = await service.run(runId);
+      if (["completed", "failed"].includes(run.status)) throw new Error(`run ${runId} ended: ${JSON.stringify(run)}`);
+      const open = run.holds.find((h) => h.status === "pending" && h.hold_id !== previous);
+      return open && run.status === "held" ? service.hold(open.hold_id) : null;
+    },
+    { what: "the next hold" },
+  );
+}
+
+const PROMPT = { prompt: "Send a release update email about the new streaming API" };
+const QUEUED = 'Queued a release update email to team@example.com with subject "Streaming API is live".';
+
+describe("examples/streaming hitl-agent.ts with humanInTheLoopMiddleware", () => {
+  test("the middleware's request is one item with its own decisions, description and schema; approve sends it", async () => {
+    sent.main.length = 0;
+    const runId = await service.startRun("email", PROMPT);
+    const hold = await service.heldHold(runId);
+    assert.equal(hold.intent, "Approve 1 tool call(s): send_release_update_email");
+    const [item] = hold.items;
+    assert.match(item.id, /^[0-9a-f]{32}\.0$/);
+    assert.deepEqual(item.data, SEND[0][1]);
+    assert.deepEqual(item.actions, ["approve", "edit", "reject"]);
+    assert.equal(item.details, "Review the outbound update before the email is sent.");
+    assert.equal(item.schema.properties.subject.type, "string");
+    assert.deepEqual(sent.main, []); // nothing is sent while the call waits
+    await service.decide(hold.hold_id, { items: [{ id: item.id, action: "approve" }] });
+    const run = await service.runReaches(runId, "completed");
+    assert.deepEqual(run.output.call_send[0], "success");
+    assert.deepEqual(sent.main, [SEND[0][1]]);
+  });
+
+  test("a typed edit is refused at the decision, a good one is sent as edited; a reject's comment is the ToolMessage", async () => {
+    sent.main.length = 0;
+    let runId = await service.startRun("email", PROMPT);
+    let hold = await service.heldHold(runId);
+    const id = hold.items[0].id;
+    const bad = await service.api("POST", `/v0/holds/${hold.hold_id}/decision`, { items: [{ id, action: "edit", data: { ...SEND[0][1], to: 5 } }] });
+    assert.equal(bad.status, 422);
+    assert.equal(bad.body.errors[0].field, "items[0].data.to");
+    const edited = { ...SEND[0][1], to: "eng@example.com" };
+    await service.decide(hold.hold_id, { items: [{ id, action: "edit", data: edited }] });
+    await service.runReaches(runId, "completed");
+    assert.deepEqual(sent.main, [edited]);
+
+    runId = await service.startRun("email", PROMPT);
+    hold = await service.heldHold(runId);
+    await service.decide(hold.hold_id, { items: [{ id: hold.items[0].id, action: "reject" }], comment: "wait for the changelog" });
+    const run = await service.runReaches(runId, "completed");
+    assert.deepEqual(run.output, { call_send: ["error", "wait for the changelog"] });
+    assert.deepEqual(sent.main, [edited]); // the rejected call never ran
+  });
+
+  test("a restarted agent resumes from PostgreSQL and pauses again on the next call", async () => {
+    const runId = await service.startRun("email_twice", PROMPT);
+    const first = await service.heldHold(runId);
+    // The process that asked is gone; a new one builds the agent and its saver anew.
+    await server.close();
+    sent.restarted.length = 0;
+    server = await serveAgents(sent.restarted);
+    await service.decide(first.hold_id, { items: [{ id: first.items[0].id, action: "approve" }] });
+    const second = await nextHold(runId, first.hold_id);
+    assert.deepEqual(second.items[0].data, FOLLOW_UP[0][1]);
+    await service.decide(second.hold_id, { items: [{ id: second.items[0].id, action: "reject", comment: "the CTO knows" }] });
+    const run = await service.runReaches(runId, "completed");
+    assert.equal(run.seq, 3);
+    assert.deepEqual(run.output.call_follow_up, ["error", "the CTO knows"]);
+    assert.deepEqual(sent.restarted, [SEND[0][1]]);
+  });
+
+  test("a resume whose checkpoint is gone fails, naming the run", async () => {
+    const runId = await service.startRun("email", PROMPT);
+    const hold = await service.heldHold(runId);
+    await savers.at(-1).deleteThread(runId); // the store lost this thread
+    await service.decide(hold.hold_id, { items: [{ id: hold.items[0].id, action: "approve" }] });
+    const run = await service.runReaches(runId, "failed");
+    assert.match(JSON.stringify(run.error), new RegExp(`run ${runId}: thread ${runId} has no pending interrupt in the graph's checkpointer`));
+  });
+
+  test("an in-memory checkpointer is refused unless allowed", () => {
+    assert.throws(() => langGraphAgent({ graph: hitlAgent([SEND], [], new MemorySaver()) }), /in-memory checkpointer/);
+    assert.equal(typeof langGraphAgent({ graph: hitlAgent([SEND], [], new MemorySaver()), inMemoryOk: true }), "function");
+  });
+
+  test("an expired hold rejects the call, saying it expired", async () => {
+    const run = await service.runReaches(expiring, "completed", 150_000);
+    assert.equal(run.holds[0].status, "expired");
+    assert.deepEqual(run.output, { call_send: ["error", EXPIRED] });
+    assert.deepEqual(sent.expiring, []);
+  });
+});
+
+describe('interrupts.mdx "Approve or reject"', () => {
+  test("approve takes the node's if branch, reject its else branch", async () => {
+    for (const [action, status] of [["reject", "rejected"], ["approve", "approved"]]) {
+      const runId = await service.startRun("approval", { actionDetails: `Transfer $500 (${action})` });
+      const hold = await service.heldHold(runId);
+      assert.deepEqual(hold.items[0].data, { question: "Do you want to proceed?", details: `Transfer $500 (${action})` });
+      assert.equal(hold.items[0].title, "interrupt(question=\"Do you want to proceed?\", details=\"Transfer $500 (" + action + ")\")");
+      await service.decide(hold.hold_id, { items: [{ id: hold.items[0].id, action }] });
+      const run = await service.runReaches(runId, "completed");
+      assert.equal(run.output.status, status);
+    }
+    assert.deepEqual(proceeded, ["Transfer $500 (approve)"]);
+  });
+});
