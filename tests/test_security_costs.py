@@ -255,7 +255,9 @@ def test_13_extending_inside_the_reminder_window_sends_no_new_reminder(cap, memb
     monkeypatch.setattr(notify_tasks.notify, "delay", lambda *args: sent.append(args))
     remind = factories.capability(name="remind", remind_before=dt.timedelta(hours=6))
     hold = factories.held_hold(remind, factories.ask_body(expires_in=24 * 3600))[1]
-    Hold.objects.filter(pk=hold.pk).update(expires_at=timezone.now() + dt.timedelta(hours=4))
+    # Asked a day ago with a day to go: now 4 h left, inside the 6 h window.
+    day_ago = timezone.now() - dt.timedelta(hours=20)
+    Hold.objects.filter(pk=hold.pk).update(created_at=day_ago, expires_at=timezone.now() + dt.timedelta(hours=4))
     Notification.objects.bulk_create(
         Notification(hold=hold, kind=kind, channel=channel, sent_at=timezone.now())
         for kind in ("asked", "reminder")  # asked, and reminded when it fell under 6 h

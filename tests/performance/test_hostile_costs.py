@@ -23,7 +23,8 @@ def compiles(monkeypatch):
 
         return build
 
-    monkeypatch.setattr(item_schemas, "DRAFTS", {k: counting(v) for k, v in item_schemas.DRAFTS.items()})
+    for draft, cls in list(item_schemas.DRAFTS.items()):
+        monkeypatch.setitem(item_schemas.DRAFTS, draft, counting(cls))
     monkeypatch.setattr(item_schemas, "_cache", type(item_schemas._cache)())
     return counted
 
