@@ -16,6 +16,7 @@ import jsonschema
 import yaml
 
 from .models import Role
+from .rules import check_rules
 
 KEYS = {
     "endpoint",
@@ -29,6 +30,7 @@ KEYS = {
     "self_approval",
     "remind_before",
     "confidence_default",
+    "rules",
 }
 NOTIFY_KEYS = {"email", "webhook"}
 DURATION = re.compile(r"^(\d+(?:\.\d+)?)(ms|s|m|h|d)?$")
@@ -80,12 +82,16 @@ def load_capabilities(path: Path) -> list[CapabilitySpec]:
         raise ConfigError([f"{path}: cannot read: {exc.strerror}"]) from None
     except yaml.YAMLError as exc:
         raise ConfigError([f"{path}: not valid YAML: {exc}"]) from None
+    # `mcp` is the MCP gateway's section (holds/mcp/gateway_config.py), read by `manage.py mcp_gateway`.
     if (
         not isinstance(document, dict)
-        or set(document) != {"capabilities"}
+        or "capabilities" not in document
+        or set(document) - {"capabilities", "mcp"}
         or not isinstance(document["capabilities"], dict)
     ):
-        raise ConfigError([f"{path}: the file must have one top-level key, 'capabilities', mapping names to settings"])
+        raise ConfigError(
+            [f"{path}: the file must have the top-level key 'capabilities', mapping names to settings (and 'mcp')"]
+        )
     problems, specs = [], []
     for name, raw in document["capabilities"].items():
         spec, errors = _capability(path.parent, str(name), raw)
@@ -172,6 +178,11 @@ def _capability(base: Path, name: str, raw) -> tuple[CapabilitySpec, list[str]]:
             errors.append("key 'notify.webhook': an http(s) URL")
         else:
             spec.values["notify"] = notify
+    if "rules" in raw:
+        rules, problems = check_rules(raw["rules"])
+        errors += [f"key 'rules': {problem}" for problem in problems]
+        if not problems:
+            spec.values["rules"] = [rule.as_json() for rule in rules]
     return spec, errors
 
 

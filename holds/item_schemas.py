@@ -162,3 +162,10 @@ def compile_problems(schemas: list[tuple[str, dict]]) -> list[dict]:
         except ValueError as exc:
             errors.append({"field": where, "message": str(exc)})
     return errors
+
+
+def item_schema_problems(schema: dict) -> list[str]:
+    """Why one schema may not be an item's (bounded, then compiled): for callers with a single schema
+    (the MCP gateway's elicitations and tool inputs)."""
+    problems = bound_problems([("schema", schema)]) or compile_problems([("schema", schema)])
+    return [problem["message"] for problem in problems]

@@ -102,6 +102,11 @@ RQ_WEBHOOK_TIMEOUT = float(env_int("RQ_WEBHOOK_TIMEOUT", 10))
 RQ_NOTIFY_RETRIES = env_int("RQ_NOTIFY_RETRIES", 6)
 RQ_NOTIFY_BACKOFF = env_int("RQ_NOTIFY_BACKOFF", 30)
 RQ_REMIND_INTERVAL = env_int("RQ_REMIND_INTERVAL", 60)
+# MCP (/mcp, served by the ASGI process; README "MCP"): the capability whose holds request_approval asks,
+# how long such a hold waits for a person (seconds), and the waiter's poll behind a transaction pooler.
+RQ_MCP_CAPABILITY = env_str("RQ_MCP_CAPABILITY", "mcp")
+RQ_MCP_EXPIRES_IN = env_int("RQ_MCP_EXPIRES_IN", 3600)
+RQ_MCP_POLL_INTERVAL = float(env_int("RQ_MCP_POLL_INTERVAL", 2))
 
 INSTALLED_APPS = [
     "django.contrib.admin",

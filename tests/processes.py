@@ -140,6 +140,17 @@ class Processes:
         wait_until(lambda: answers_http(url + "/healthz") or answers_http(url + "/v0/holds"), 30, "gunicorn")
         return url
 
+    def uvicorn(self, env: dict, port: int) -> str:
+        """The ASGI process (reviewqueue/asgi.py): /mcp, and the Django app for the rest."""
+        self.start(
+            "uvicorn",
+            [str(VENV_BIN / "uvicorn"), "reviewqueue.asgi:application", "--host", "127.0.0.1", "--port", str(port)],
+            env,
+        )
+        url = f"http://127.0.0.1:{port}"
+        wait_until(lambda: answers_http(url + "/healthz"), 30, "uvicorn")
+        return url
+
     def agent(self, env: dict, port: int, script: str = "examples/pay_invoices.py") -> str:
         self.start("agent", [sys.executable, script, "--port", str(port)], env)
         url = f"http://127.0.0.1:{port}"

@@ -87,7 +87,7 @@ def test_sync_keeps_a_secret_given_in_the_file(tmp_path):
             "capability 'pay': key 'approvers'",
         ),
         ("capabilities:\n  pay:\n    endpoint: http://x.example\n    secret: nope\n", "capability 'pay': key 'secret'"),
-        ("nothing: here\n", "one top-level key"),
+        ("nothing: here\n", "the top-level key 'capabilities'"),
         ("capabilities: [\n", "not valid YAML"),
     ],
 )

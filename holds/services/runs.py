@@ -34,11 +34,15 @@ def run_start(
     input: dict,
     actor: Actor,
     idempotency_key: str | None = None,
+    inline: bool = False,
 ) -> tuple[Run, bool]:
     """Starts a run and writes its start invocation (the outbox row) in one transaction.
 
     With an idempotency key, the same caller and key return the first run (created=False), so a
     retried request never starts a second run. A run token starts a child run of its own run.
+    `inline`: the caller is the run's agent itself (an MCP call, holds/mcp): its start invocation is
+    written as being answered (delivering, with no lease, which the relay never hands out) and is
+    never sent; a decision's resume then waits for it (sql.write_decision) and is never sent either.
     """
     require(may_start_run(actor))
     capability = Capability.objects.filter(name=capability_name).first()
@@ -69,10 +73,12 @@ def run_start(
             )
             if idempotency_key:
                 IdempotencyKey.objects.create(caller=actor.caller_key, key=idempotency_key, run=run)
-            invocation = new_invocation(run=run, kind=Invocation.Kind.START, seq=1, status=Invocation.Status.PENDING)
+            status = Invocation.Status.DELIVERING if inline else Invocation.Status.PENDING
+            invocation = new_invocation(run=run, kind=Invocation.Kind.START, seq=1, status=status)
             invocation.save(force_insert=True)
             audit(AuditKind.RUN_STARTED, actor, run_id=run.pk, invocation_id=invocation.id, capability=capability.name)
-            ports.publish_on_commit([invocation.id])
+            if not inline:
+                ports.publish_on_commit([invocation.id])
     except IntegrityError:
         # Another request with the same key won the race; answer with its run.
         existing = _idempotent_run(actor, idempotency_key, capability, input) if idempotency_key else None
@@ -212,11 +218,26 @@ def run_state_delete(*, run: Run, key: str, actor: Actor) -> bool:
     return deleted > 0
 
 
-def run_file_add(*, run: Run, name: str, content_type: str, content, size: int, sha256: str, actor: Actor) -> RunFile:
+def run_file_add(
+    *, run: Run, name: str, content_type: str, content, size: int, sha256: str, actor: Actor, idempotency_key: str = ""
+) -> RunFile:
     """Stores one file of a run's environment, within the quotas of its tree and of its caller (files,
-    and bytes of all files)."""
+    and bytes of all files).
+
+    With an idempotency key, a repeat of the same upload (a retry after a lost answer) returns the
+    first file; the same key with another name, type or content is refused."""
     with transaction.atomic():
         root, roots = _quota_scope(run)
+        if idempotency_key:
+            first = RunFile.objects.filter(run=run, idempotency_key=idempotency_key).first()
+            if first is not None:
+                if (first.name, first.content_type, first.sha256) != (name, content_type, sha256):
+                    raise Invalid(
+                        [{"field": "Idempotency-Key", "message": "this key was used with another file"}],
+                        "the Idempotency-Key was already used with another file",
+                        code="idempotency_mismatch",
+                    )
+                return first
         files, used = _usage(_FILE_USAGE, [root])
         if files + 1 > settings.RQ_RUN_MAX_FILES:
             raise QuotaExceeded("files", settings.RQ_RUN_MAX_FILES)
@@ -227,7 +248,9 @@ def run_file_add(*, run: Run, name: str, content_type: str, content, size: int, 
             raise QuotaExceeded("caller_files", settings.RQ_CALLER_MAX_FILES)
         if used + size > settings.RQ_CALLER_MAX_FILE_BYTES:
             raise QuotaExceeded("caller_file_bytes", settings.RQ_CALLER_MAX_FILE_BYTES)
-        run_file = RunFile(run=run, name=name, content_type=content_type, size=size, sha256=sha256)
+        run_file = RunFile(
+            run=run, name=name, content_type=content_type, size=size, sha256=sha256, idempotency_key=idempotency_key
+        )
         run_file.file.save(name, content, save=False)
         run_file.save()
         audit(

@@ -1,0 +1,88 @@
+"""An upstream MCP server written with the official SDK, for the gateway's tests:
+`python tests/mcp_upstream.py PORT LOG` serves /mcp on 127.0.0.1:PORT and appends each call it runs
+to LOG (one JSON line), so a test can tell what ran and with which arguments.
+
+- delete_file: annotated destructiveHint (the gateway holds it);
+- read_file: read-only (passes through);
+- book_table: elicits a booking through the SDK's portable `Resolve`/`Elicit` (MRTR on 2026-07-28);
+- ship: asks by hand (MRTR) with a nested requestedSchema, which the gateway must decline.
+"""
+
+import json
+import sys
+from typing import Annotated
+
+from mcp.server.elicitation import AcceptedElicitation, ElicitationResult
+from mcp.server.mcpserver import Context, Elicit, MCPServer, Resolve
+from mcp.types import (
+    ElicitRequest,
+    ElicitRequestFormParams,
+    InputRequiredResult,
+    ToolAnnotations,
+)
+from pydantic import BaseModel
+
+PORT, LOG = int(sys.argv[1]), sys.argv[2]
+mcp = MCPServer("upstream-files")
+
+
+def ran(tool: str, **arguments) -> None:
+    with open(LOG, "a") as log:
+        log.write(json.dumps({"tool": tool, **arguments}) + "\n")
+
+
+@mcp.tool(annotations=ToolAnnotations(destructive_hint=True))
+def delete_file(path: str) -> str:
+    """Delete a file."""
+    ran("delete_file", path=path)
+    return f"deleted {path}"
+
+
+@mcp.tool(annotations=ToolAnnotations(read_only_hint=True))
+def read_file(path: str) -> str:
+    """Read a file."""
+    ran("read_file", path=path)
+    return f"contents of {path}"
+
+
+class Booking(BaseModel):
+    guests: int
+    date: str
+    terrace: bool = False
+
+
+def ask_booking(restaurant: str) -> Elicit[Booking]:
+    return Elicit(f"Book a table at {restaurant}?", Booking)
+
+
+@mcp.tool()
+def book_table(restaurant: str, booking: Annotated[ElicitationResult[Booking], Resolve(ask_booking)]) -> str:
+    """Book a table; asks for the details."""
+    if isinstance(booking, AcceptedElicitation):
+        ran("book_table", restaurant=restaurant, **booking.data.model_dump())
+        return f"booked {restaurant} for {booking.data.guests} on {booking.data.date}"
+    ran("book_table", restaurant=restaurant, action=booking.action)
+    return f"not booked: {booking.action}"
+
+
+NESTED = {
+    "type": "object",
+    "properties": {"address": {"type": "object", "properties": {"street": {"type": "string"}}}},
+    "required": ["address"],
+}
+
+
+@mcp.tool()
+def ship(item: str, ctx: Context) -> str | InputRequiredResult:
+    """Ship an item; asks for an address in a nested form."""
+    responses = ctx.input_responses
+    if not responses:
+        params = ElicitRequestFormParams(message=f"Where to ship {item}?", requested_schema=NESTED)
+        return InputRequiredResult(input_requests={"address": ElicitRequest(params=params)}, request_state="ship")
+    answer = responses["address"]
+    ran("ship", item=item, action=answer.action, meta=answer.meta)
+    return f"not shipped: {answer.action}"
+
+
+if __name__ == "__main__":
+    mcp.run(transport="streamable-http", host="127.0.0.1", port=PORT)
