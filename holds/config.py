@@ -38,6 +38,10 @@ DURATION = re.compile(r"^(\d+(?:\.\d+)?)(ms|s|m|h|d)?$")
 UNITS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, None: 1}
 # remind_before spans what a hold may live (SPEC: expires_in is at most 30 days).
 MAX_REMIND_BEFORE = 30 * 86400
+# Without a capability's remind_before: the reminder's window before expiry, for holds that lived
+# REMIND_MIN_LIFE (notifications.due).
+REMIND_BEFORE = timedelta(hours=1)
+REMIND_MIN_LIFE = timedelta(hours=2)
 NAME = re.compile(r"^[A-Za-z0-9_.-]{1,100}$")
 
 

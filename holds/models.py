@@ -107,7 +107,7 @@ class Capability(models.Model):
     secret = models.CharField(max_length=200)
     notify = models.JSONField(default=dict, blank=True)
     # agentos.yaml's remind_before: approvers hear once when a pending hold's time left falls below it;
-    # NULL keeps the default rule (notifications.REMIND_BEFORE, for holds that lived long enough).
+    # NULL keeps the default rule (config.REMIND_BEFORE, for holds that lived long enough).
     remind_before = models.DurationField(null=True, blank=True)
     # agentos.yaml's confidence_default: the confidence of an item that states none, for approve by
     # confidence; NULL: such items stay undecided.

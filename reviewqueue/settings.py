@@ -213,7 +213,7 @@ RQ_BROKER_VISIBILITY_TIMEOUT = env_int("RQ_BROKER_VISIBILITY_TIMEOUT", 3600)
 CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": RQ_BROKER_VISIBILITY_TIMEOUT}
 if CELERY_BROKER_URL.startswith("rqpg:"):
     CELERY_BROKER_TRANSPORT_OPTIONS["dsn"] = libpq_dsn(DATABASES["default"])
-    CELERY_BROKER_TRANSPORT_OPTIONS["poll_only"] = RQ_TRANSACTION_POOLER
+    CELERY_BROKER_TRANSPORT_OPTIONS["transaction_pooler"] = RQ_TRANSACTION_POOLER
 # Extra task modules for a worker, e.g. the bare hop that bench/resume.py measures against.
 CELERY_IMPORTS = env_list("RQ_CELERY_IMPORTS", [])
 CELERY_TASK_ACKS_LATE = True
@@ -316,11 +316,20 @@ RQ_RATE_ASK = env_str("RQ_RATE_ASK", "30/m")  # per run token
 RQ_RATE_DECISION = env_str("RQ_RATE_DECISION", "120/m")  # per service-account key or person
 RQ_RATE_LOGIN = env_str("RQ_RATE_LOGIN", "20/5m")  # failed sign-ins per client address
 RQ_RATE_RUN_START = env_str("RQ_RATE_RUN_START", "120/m")  # POST /v0/runs per caller (token, key, person)
+RQ_RATE_CLAIM = env_str("RQ_RATE_CLAIM", "30/h")  # claims and releases of holds per person (each is audited)
+RQ_RATE_DATASET = env_str("RQ_RATE_DATASET", "600/h")  # dataset items added per caller
+RQ_RATE_EXPERIMENT_RUNS = env_str("RQ_RATE_EXPERIMENT_RUNS", "1000/h")  # runs that experiments start, per caller
+RQ_DATASET_MAX_ITEMS = env_int("RQ_DATASET_MAX_ITEMS", 1000)  # live items of one dataset (and runs of one experiment)
 # Per-run quotas: past one, the write answers 409 quota_exceeded naming it.
 RQ_RUN_MAX_FILES = env_int("RQ_RUN_MAX_FILES", 50)
 RQ_RUN_MAX_FILE_BYTES = env_int("RQ_RUN_MAX_FILE_BYTES", 200 * 1024 * 1024)
 RQ_RUN_MAX_STATE_KEYS = env_int("RQ_RUN_MAX_STATE_KEYS", 100)
 RQ_RUN_MAX_STATE_BYTES = env_int("RQ_RUN_MAX_STATE_BYTES", 8 * 1024 * 1024)
+# The RQ_RUN_MAX_* quotas bound a whole run tree (a root run and its child runs); these bound every
+# tree that one person or service-account key started (issue 30.4).
+RQ_CALLER_MAX_FILES = env_int("RQ_CALLER_MAX_FILES", 5000)
+RQ_CALLER_MAX_FILE_BYTES = env_int("RQ_CALLER_MAX_FILE_BYTES", 20 * 1024 * 1024 * 1024)
+RQ_CALLER_MAX_STATE_BYTES = env_int("RQ_CALLER_MAX_STATE_BYTES", 512 * 1024 * 1024)
 # Sign-in lockout (django-axes): this many failures for one username from one address lock that
 # pair out for the cool-off (hours, a float); a success resets the count.
 AXES_FAILURE_LIMIT = env_int("RQ_LOGIN_FAILURE_LIMIT", 5)

@@ -7,7 +7,7 @@ import io
 import pytest
 from django.utils import timezone
 
-from holds import paging, services
+from holds import paging, services, spreadsheet
 from holds.auth import SYSTEM, actor_for_user
 from holds.models import AuditEvent
 from tests import factories
@@ -118,6 +118,8 @@ def test_it_exports_the_filtered_log_as_csv_without_formulas(client, admin_user,
     assert all(row[5] == log["hold1"].public_id for row in rows[1:])
     decided = next(row for row in rows[1:] if row[3] == "hold.decided")
     assert decided[2] == "mona" and '"comment": "=1+2"' in decided[7]
+    # A cell that a spreadsheet would run as a formula starts with a quote.
+    assert spreadsheet.safe_cell("=HYPERLINK(1)") == "'=HYPERLINK(1)" and spreadsheet.safe_cell("ok") == "ok"
 
 
 def test_it_exports_everything_when_unfiltered(client, admin_user, log):

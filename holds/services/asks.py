@@ -71,9 +71,15 @@ def hold_ask_by_token(*, token: str, body) -> Hold | None:
     to check against the run) looks the token up first, as every other endpoint does, so 401, 409 and
     422 keep SPEC's order.
     """
-    ask, items, errors = read_ask(body, None)
+    # What costs (compiling item schemas, markdown in a child process) runs only once the token is
+    # known live: such asks take the lookup path.
+    ask, items, errors = read_ask(body, None, compile_schemas=False)
     invocation_id = token_invocation_id(token)
-    if errors or ask.files or invocation_id is None:
+    costly = not errors and (
+        any(item["schema"] is not None for item in items)
+        or not markup.in_process([ask.details] + [item["details"] or "" for item in items])
+    )
+    if errors or ask.files or invocation_id is None or costly:
         invocation = invocation_for_token(token)
         return None if invocation is None else hold_ask(invocation=invocation, body=body)
     hold, event = new_hold(ask, items, invocation_id=invocation_id)
@@ -90,9 +96,9 @@ def hold_ask_by_token(*, token: str, body) -> Hold | None:
     return hold if written else None
 
 
-def read_ask(body, run: Run | None) -> tuple:
+def read_ask(body, run: Run | None, *, compile_schemas: bool = True) -> tuple:
     """(ask, items, errors): the body validated; its files checked against `run` when given."""
-    ask, errors = validate_ask(body)
+    ask, errors = validate_ask(body, compile_schemas=compile_schemas)
     file_ids = body.get("files") if isinstance(body, dict) and isinstance(body.get("files"), list) else []
     if file_ids and run is not None:
         errors += _file_errors(run, file_ids)

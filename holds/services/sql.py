@@ -432,3 +432,25 @@ def backtest_rows(with_input: bool) -> str:
         " AND i.decided_by IS NULL AND i.action <> ''"
         " ORDER BY h.decided_at DESC, i.hold_id DESC, i.position LIMIT %s"
     )
+
+
+# --- quotas (issue 30.4): what one run tree, and one caller's trees, store ---------------------------
+
+_RUN = Run._meta.db_table
+
+# The root of a run's tree (its ancestor without a parent; the run itself when it has none).
+RUN_ROOT = f"""WITH RECURSIVE up AS (
+        SELECT id, parent_id FROM {_RUN} WHERE id = %(run)s
+        UNION ALL SELECT r.id, r.parent_id FROM {_RUN} r JOIN up ON r.id = up.parent_id)
+    SELECT id FROM up WHERE parent_id IS NULL"""
+
+
+def tree_usage(table: str, size: str) -> str:
+    """Rows and bytes of `table` (files or state) over every run of the trees rooted at %(roots)s,
+    leaving out %(skip_run)s's row keyed %(skip_key)s (the state key being replaced)."""
+    return f"""WITH RECURSIVE tree AS (
+            SELECT id FROM {_RUN} WHERE id = ANY(%(roots)s)
+            UNION ALL SELECT r.id FROM {_RUN} r JOIN tree ON r.parent_id = tree.id)
+        SELECT count(*), coalesce(sum({size}), 0) FROM {table} t
+        WHERE t.run_id IN (SELECT id FROM tree)
+            AND NOT coalesce(t.run_id = %(skip_run)s AND {{key}} = %(skip_key)s, false)"""
