@@ -21,6 +21,7 @@ from django.template.loader import render_to_string
 from django.utils import timezone
 
 from . import push, slack
+from .config import REMIND_BEFORE, REMIND_MIN_LIFE
 from .messages import hold_url, one_line, slack_escape
 from .models import Capability, Hold, Notification
 from .policy import deciders_of
@@ -28,8 +29,6 @@ from .policy import deciders_of
 log = logging.getLogger(__name__)
 
 CHANNELS = tuple(Notification.Channel)
-REMIND_BEFORE = timedelta(hours=1)
-REMIND_MIN_LIFE = timedelta(hours=2)
 CLAIM_FOR = timedelta(minutes=2)
 # A hold's on-commit enqueue gets this long before beat's catch-up sends for it instead.
 CATCH_UP_AFTER = timedelta(minutes=1)
@@ -48,7 +47,8 @@ def due(*, now=None) -> list[tuple[str, list[int]]]:
 
     A capability's `remind_before` reminds once when a hold's time left falls below it (a hold asked
     with less time left than that never was above it); without it, holds that lived REMIND_MIN_LIFE
-    are reminded REMIND_BEFORE ahead. An extension deletes the reminder's rows, which re-arms it.
+    are reminded REMIND_BEFORE ahead. An extension past the window deletes the reminder's rows,
+    which re-arms it (services.hold_extend).
     """
     now = now or timezone.now()
     pending = Hold.objects.filter(status=Hold.Status.PENDING)
