@@ -202,7 +202,9 @@ def test_a_person_subscribes_signed_in_with_csrf_and_only_for_themselves(people,
     assert list(PushSubscription.objects.values_list("user__username", "endpoint")) == [
         ("mona", "https://push.example.com/send/abc")
     ]
-    for bad in ({"endpoint": "http://127.0.0.1/x", "keys": subscription["keys"]}, {"endpoint": 3}, [1]):
+    nul = {"endpoint": "https://push.example.com/\u0000", "keys": subscription["keys"]}
+    bad_key = {"endpoint": "https://push.example.com/y", "keys": {"p256dh": "a b\u0000", "auth": "x"}}
+    for bad in ({"endpoint": "http://127.0.0.1/x", "keys": subscription["keys"]}, {"endpoint": 3}, [1], nul, bad_key):
         answer = browser.post("/push/subscriptions", bad, content_type="application/json", HTTP_X_CSRFTOKEN=token)
         assert answer.status_code == 422 and answer.json()["error"] == "invalid"
     vic = Client()

@@ -6,6 +6,7 @@ Pages work the same without it. Subscribing is a signed-in POST with CSRF, for t
 """
 
 import json
+import re
 
 from django.conf import settings
 from django.contrib.auth.decorators import login_required
@@ -17,6 +18,10 @@ from django.views.decorators.cache import cache_control
 from django.views.decorators.http import require_GET, require_http_methods
 
 from .. import services
+
+# A push service's https URL (no spaces or control characters, NUL included), and the keys in base64url.
+URL_SAFE = re.compile(r"https://[\x21-\x7e]+")
+BASE64URL = re.compile(r"[A-Za-z0-9_=-]+")
 
 
 @require_GET
@@ -59,14 +64,14 @@ def push_subscriptions(request):
     try:
         body = json.loads(request.body or b"{}")
         endpoint = body["endpoint"]
-        if not isinstance(endpoint, str) or not endpoint.startswith("https://") or len(endpoint) > 1000:
+        if not isinstance(endpoint, str) or not URL_SAFE.fullmatch(endpoint) or len(endpoint) > 1000:
             raise ValueError("endpoint")
         if request.method == "DELETE":
             removed = services.push_unsubscribe(user=request.user, endpoint=endpoint)
             return JsonResponse({"removed": removed})
         keys = body["keys"]
         p256dh, auth = str(keys["p256dh"]), str(keys["auth"])
-        if not (0 < len(p256dh) <= 200 and 0 < len(auth) <= 100):
+        if not (BASE64URL.fullmatch(p256dh) and BASE64URL.fullmatch(auth) and len(p256dh) <= 200 and len(auth) <= 100):
             raise ValueError("keys")
     except (ValueError, KeyError, TypeError):
         return JsonResponse(
