@@ -15,7 +15,8 @@ from pathlib import Path
 import jsonschema
 import yaml
 
-from .models import Role
+from .models import Protocol, Role
+from .rules import check_rules
 
 KEYS = {
     "endpoint",
@@ -29,12 +30,18 @@ KEYS = {
     "self_approval",
     "remind_before",
     "confidence_default",
+    "protocol",
+    "rules",
 }
-NOTIFY_KEYS = {"email", "webhook"}
+NOTIFY_KEYS = {"email", "webhook", "slack", "push"}
 DURATION = re.compile(r"^(\d+(?:\.\d+)?)(ms|s|m|h|d)?$")
 UNITS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, None: 1}
 # remind_before spans what a hold may live (SPEC: expires_in is at most 30 days).
 MAX_REMIND_BEFORE = 30 * 86400
+# Without a capability's remind_before: the reminder's window before expiry, for holds that lived
+# REMIND_MIN_LIFE (notifications.due).
+REMIND_BEFORE = timedelta(hours=1)
+REMIND_MIN_LIFE = timedelta(hours=2)
 NAME = re.compile(r"^[A-Za-z0-9_.-]{1,100}$")
 
 
@@ -109,6 +116,11 @@ def _capability(base: Path, name: str, raw) -> tuple[CapabilitySpec, list[str]]:
         errors.append("key 'endpoint': required, an http(s) URL")
     else:
         spec.values["endpoint"] = endpoint.rstrip("/")
+    if "protocol" in raw:
+        if raw["protocol"] not in Protocol.values:
+            errors.append(f"key 'protocol': one of {', '.join(Protocol.values)}")
+        else:
+            spec.values["protocol"] = raw["protocol"]
     if "version" in raw:
         if not isinstance(raw["version"], (str, int)) or isinstance(raw["version"], bool):
             errors.append("key 'version': a string")
@@ -165,13 +177,22 @@ def _capability(base: Path, name: str, raw) -> tuple[CapabilitySpec, list[str]]:
     if "notify" in raw:
         notify = raw["notify"]
         if not isinstance(notify, dict) or set(notify) - NOTIFY_KEYS:
-            errors.append("key 'notify': a mapping with 'email' (true/false) and/or 'webhook' (a URL)")
-        elif "email" in notify and not isinstance(notify["email"], bool):
-            errors.append("key 'notify.email': true or false")
+            errors.append(
+                "key 'notify': a mapping with 'email' / 'push' (true/false), 'webhook' (a URL), 'slack' (a channel id)"
+            )
+        elif any(key in notify and not isinstance(notify[key], bool) for key in ("email", "push")):
+            errors.append("key 'notify.email' and 'notify.push': true or false")
+        elif "slack" in notify and not re.match(r"^[A-Z0-9]{2,40}$", str(notify["slack"])):
+            errors.append("key 'notify.slack': a Slack channel id such as C0123456789")
         elif "webhook" in notify and not re.match(r"^https?://\S+$", str(notify["webhook"])):
             errors.append("key 'notify.webhook': an http(s) URL")
         else:
             spec.values["notify"] = notify
+    if "rules" in raw:
+        rules, problems = check_rules(raw["rules"])
+        errors += [f"key 'rules': {problem}" for problem in problems]
+        if not problems:
+            spec.values["rules"] = [rule.as_json() for rule in rules]
     return spec, errors
 
 

@@ -15,7 +15,7 @@ from django.conf import settings
 from django.db import models
 from django.db.models import Q
 
-from .ids import DATASET, DATASET_ITEM, EXPERIMENT, FILE, HOLD, RUN, public_id
+from .ids import DATASET, DATASET_ITEM, EXPERIMENT, FILE, GRANT, HOLD, RUN, public_id
 from .words import Action, AuditKind  # noqa: F401  (defined in words.py, imported from here too)
 
 
@@ -85,9 +85,19 @@ class InvocationStatus(models.TextChoices):
     CANCELLED = "cancelled"  # the run finished before it was sent
 
 
+class Protocol(models.TextChoices):
+    """How Review Queue talks to a capability's agent (agentos.yaml's `protocol`)."""
+
+    AGENTOS = "agentos", "agentos invoke"
+    AG_UI = "ag-ui", "AG-UI"
+    A2A = "a2a", "A2A"
+
+
 class Capability(models.Model):
     name = models.CharField(max_length=100, unique=True)
     endpoint = models.URLField(max_length=500)
+    # agentos: POST {endpoint}/invoke (SPEC); ag-ui and a2a: holds/protocols/.
+    protocol = models.CharField(max_length=10, choices=Protocol.choices, default=Protocol.AGENTOS)
     version = models.CharField(max_length=50, default="1")
     timeout_seconds = models.FloatField(default=30)
     input_schema = models.JSONField(null=True, blank=True)
@@ -97,7 +107,7 @@ class Capability(models.Model):
     secret = models.CharField(max_length=200)
     notify = models.JSONField(default=dict, blank=True)
     # agentos.yaml's remind_before: approvers hear once when a pending hold's time left falls below it;
-    # NULL keeps the default rule (notifications.REMIND_BEFORE, for holds that lived long enough).
+    # NULL keeps the default rule (config.REMIND_BEFORE, for holds that lived long enough).
     remind_before = models.DurationField(null=True, blank=True)
     # agentos.yaml's confidence_default: the confidence of an item that states none, for approve by
     # confidence; NULL: such items stay undecided.
@@ -111,6 +121,11 @@ class Capability(models.Model):
     # the others wait in the database instead of each holding a worker thread for the whole timeout.
     endpoint_stalled_at = models.DateTimeField(null=True, blank=True)
     endpoint_probe_until = models.DateTimeField(null=True, blank=True)
+    # The current RuleSet's version (0: no rules) and a counter bumped whenever a grant is created or
+    # revoked (0: never had one). The ask reads both with its hold's row, so that a capability without
+    # rules or grants costs the ask nothing, and a process's compiled rules are known to be current.
+    rules_version = models.PositiveIntegerField(default=0)
+    grants_version = models.PositiveIntegerField(default=0)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 
@@ -397,6 +412,11 @@ class Hold(models.Model):
                 condition=Q(status__in=["decided", "expired"]),
                 name="hold_history",
             ),
+            # The backtest (services/backtest.py): a capability's decided holds of the last 90 days, one
+            # range scan. Written once per hold, when it is decided.
+            models.Index(
+                fields=["capability", "decided_at"], condition=Q(status="decided"), name="hold_decided_by_capability"
+            ),
             # The ops page: the oldest pending hold of each capability, one index probe each.
             models.Index(fields=["capability", "created_at"], condition=Q(status="pending"), name="hold_pending_age"),
             # The sweep touches pending holds that expire, in expiry order.
@@ -413,6 +433,15 @@ class Hold(models.Model):
     @property
     def public_id(self) -> str:
         return public_id(HOLD, self.pk)
+
+
+def decider_label(decided_by: dict | None) -> str:
+    """`rule small v3`, `grant grt_5`: how pages, history and the audit log name a rule's or grant's decision."""
+    if not decided_by:
+        return ""
+    if decided_by.get("type") == "rule":
+        return f"rule {decided_by.get('id')} v{decided_by.get('version')}"
+    return f"grant {decided_by.get('id')}"
 
 
 class HoldItem(models.Model):
@@ -436,6 +465,9 @@ class HoldItem(models.Model):
     action = models.CharField(max_length=10, choices=Action.choices, blank=True, default="")
     decided_data = ExactJSONField(null=True, blank=True)
     comment = models.TextField(null=True, blank=True)
+    # Who decided this item when it was not the hold's decider: {"type": "rule", "id", "version"} or
+    # {"type": "grant", "id": "grt_5"} (SPEC Round 3: the hold, history and receipt name the rule).
+    decided_by = models.JSONField(null=True, blank=True)
 
     class Meta:
         ordering = ["hold", "position"]
@@ -446,6 +478,10 @@ class HoldItem(models.Model):
 
     def __str__(self) -> str:
         return f"{public_id(HOLD, self.hold_id)} {self.item_id}"
+
+    @property
+    def decided_by_label(self) -> str:
+        return decider_label(self.decided_by)
 
     def effective_actions(self, hold_actions: list[str]) -> list[str]:
         """SPEC: an item without its own `actions` takes the hold's."""
@@ -615,6 +651,8 @@ class Notification(models.Model):
     class Channel(models.TextChoices):
         EMAIL = "email"
         WEBHOOK = "webhook"
+        SLACK = "slack"
+        PUSH = "push"
 
     hold = models.ForeignKey(Hold, on_delete=models.CASCADE, related_name="notifications")
     kind = models.CharField(max_length=10, choices=Kind.choices)
@@ -633,6 +671,61 @@ class Notification(models.Model):
 
     def __str__(self) -> str:
         return f"{public_id(HOLD, self.hold_id)} {self.kind} {self.channel}"
+
+
+# --- channels: Slack and Web Push (SPEC "Round 3 ... Channels") ----------------------------------
+
+
+class SlackMessage(models.Model):
+    """The Slack message that announced a hold, so that it is updated in place once the hold closes."""
+
+    hold = models.OneToOneField(Hold, on_delete=models.CASCADE, related_name="slack_message")
+    channel = models.CharField(max_length=100)
+    ts = models.CharField(max_length=40)
+    # Set when chat.update removed the buttons; the beat pass looks for closed holds where it is NULL.
+    closed_at = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        indexes = [models.Index(fields=["created_at"], condition=Q(closed_at__isnull=True), name="slack_open")]
+
+    def __str__(self) -> str:
+        return f"{public_id(HOLD, self.hold_id)} in {self.channel}"
+
+
+class SlackRequest(models.Model):
+    """One signed interaction request seen, by its signature: the same request sent again within the
+    5-minute window (a replay) finds its row and is refused. Rows older than the window are pruned."""
+
+    signature = models.CharField(max_length=100, unique=True)
+    received_at = models.DateTimeField(auto_now_add=True)
+
+    def __str__(self) -> str:
+        return f"Slack request at {self.received_at}"
+
+
+class SlackLink(models.Model):
+    """An explicit link from a Slack user to a person, set on the person's page by an admin; without
+    one, a Slack user is mapped by Slack's confirmed e-mail address."""
+
+    user = models.OneToOneField(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="slack_link")
+    slack_user_id = models.CharField(max_length=40, unique=True)
+
+    def __str__(self) -> str:
+        return f"{self.user} = Slack {self.slack_user_id}"
+
+
+class PushSubscription(models.Model):
+    """A browser's Web Push subscription of one person; deleted when the push service answers 404/410."""
+
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="push_subscriptions")
+    endpoint = models.URLField(max_length=1000, unique=True)
+    p256dh = models.CharField(max_length=200)
+    auth = models.CharField(max_length=100)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    def __str__(self) -> str:
+        return f"{self.user}'s push subscription"
 
 
 # --- evals: datasets of recorded runs, experiments that replay them (SPEC "Evals") ---------------
@@ -700,6 +793,65 @@ class Experiment(models.Model):
     @property
     def public_id(self) -> str:
         return public_id(EXPERIMENT, self.pk)
+
+
+class RuleSet(models.Model):
+    """One saved version of a capability's rules (SPEC Round 3 "Rules"): every save is a new row, and
+    Capability.rules_version names the current one. `rules`: [{id, when, then, comment?}] as checked
+    by holds/rules.py."""
+
+    capability = models.ForeignKey(Capability, on_delete=models.CASCADE, related_name="rule_sets")
+    version = models.PositiveIntegerField()
+    rules = models.JSONField(default=list)
+    saved_by = models.CharField(max_length=200)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["capability", "version"], name="rule_set_version_unique")]
+
+    def __str__(self) -> str:
+        return f"{self.capability_id} v{self.version}"
+
+
+class Grant(models.Model):
+    """A standing grant ("approve and remember"): `when` approves matching items of its capability until
+    it expires, is used up or is revoked. `uses` moves only in the conditional UPDATE of the ask that
+    uses it (services/rules.py), so `max_uses` holds under concurrent asks."""
+
+    capability = models.ForeignKey(Capability, on_delete=models.CASCADE, related_name="grants")
+    when = models.TextField()
+    comment = models.TextField(blank=True, default="")
+    created_by = models.CharField(max_length=200)
+    created_by_user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+", db_index=False
+    )
+    created_by_account = models.ForeignKey(
+        ServiceAccount, null=True, blank=True, on_delete=models.SET_NULL, related_name="+", db_index=False
+    )
+    # The decided item it was made from, if any (the hold page's "Approve and remember").
+    from_hold = models.ForeignKey(Hold, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    from_item_id = models.CharField(max_length=200, blank=True, default="")
+    expires_at = models.DateTimeField()
+    max_uses = models.PositiveIntegerField(null=True, blank=True)
+    uses = models.PositiveIntegerField(default=0)
+    last_used_at = models.DateTimeField(null=True, blank=True)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+    revoked_by = models.CharField(max_length=200, blank=True, default="")
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        indexes = [models.Index(fields=["capability", "-id"], name="grant_by_capability")]
+
+    def __str__(self) -> str:
+        return self.public_id
+
+    @property
+    def public_id(self) -> str:
+        return public_id(GRANT, self.pk)
+
+    @property
+    def from_hold_public_id(self) -> str | None:
+        return public_id(HOLD, self.from_hold_id) if self.from_hold_id else None
 
 
 class ReceiptKey(models.Model):

@@ -5,7 +5,7 @@ from .errors import Invalid
 from .ids import HOLD, RUN, public_id
 from .models import Hold, HoldItem, Invocation, Run, RunFile
 from .paging import decode_cursor, encode_cursor, read_page
-from .words import ActorKind
+from .policy import readable_holds
 
 
 def iso(value):
@@ -16,7 +16,7 @@ def hold_full(hold: Hold) -> dict:
     items = list(
         HoldItem.objects.filter(hold=hold)
         .order_by("position")
-        .values("item_id", "title", "data", "confidence", "actions", "details", "schema")
+        .values("item_id", "title", "data", "confidence", "actions", "details", "schema", "decided_by")
     )
     resume = Invocation.objects.filter(hold=hold, kind=Invocation.Kind.RESUME).values_list("resume", flat=True).first()
     return {
@@ -48,14 +48,14 @@ def item_wire(values: dict) -> dict:
         out["details"] = values["details"]
     if values.get("schema") is not None:
         out["schema"] = values["schema"]
+    if values.get("decided_by"):
+        out["decided_by"] = values["decided_by"]
     return out
 
 
 def hold_list(actor: Actor, params) -> dict:
     """Newest first, keyset-paginated by id; a run token sees only its own run's holds."""
-    holds = Hold.objects.select_related("capability").order_by("-pk")
-    if actor.kind == ActorKind.RUN:
-        holds = holds.filter(run=actor.run)
+    holds = readable_holds(actor, Hold.objects.select_related("capability").order_by("-pk"))
     errors = []
     status = params.get("status")
     if status:

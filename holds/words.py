@@ -55,6 +55,12 @@ class AuditKind(models.TextChoices):
     DATASET_ITEM_DELETED = "dataset.item_deleted", "dataset item deleted"
     EXPERIMENT_STARTED = "experiment.started", "experiment started"
     EXPERIMENT_FINISHED = "experiment.finished", "experiment finished"
+    RULES_SAVED = "rules.saved", "rules saved"
+    GRANT_CREATED = "grant.created", "grant created"
+    GRANT_REVOKED = "grant.revoked", "grant revoked"
+    GRANT_USED = "grant.used", "grant used"
+    HOLD_DECIDED_BY_RULE = "hold.decided_by_rule", "items decided by rule"
+    SLACK_REFUSED = "slack.refused", "Slack interaction refused"
 
 
 class OutcomeKind(StrEnum):
@@ -74,6 +80,8 @@ class DeliveryResult(models.TextChoices):
     FAILED = "failed", "failed"
     UNDELIVERABLE = "undeliverable", "undeliverable"
     PARKED = "parked", "parked"
+    # An A2A agent took the message and goes on working: the invocation waits for its push or poll.
+    WORKING = "working", "working"
     # Not recorded as attempts: a stale worker's late answer, a deferral, nothing due.
     STALE = "stale", "stale"
     DEFERRED = "deferred", "deferred"

@@ -3,7 +3,7 @@ from django.contrib import admin
 from django.urls import include, path
 
 from holds import openapi
-from holds.api import agent, evals, jwks
+from holds.api import agent, evals, jwks, pushes, rules
 from holds.web import login
 
 v0 = [
@@ -14,6 +14,7 @@ v0 = [
     path("runs", agent.runs, name="api-runs"),
     path("runs/<str:run_id>", agent.run_detail, name="api-run"),
     path("runs/<str:run_id>/fail", agent.run_fail, name="api-run-fail"),
+    path("a2a/runs/<str:run_id>/push", pushes.a2a_push, name="api-a2a-push"),
     path("runs/<str:run_id>/state/<path:key>", agent.run_state, name="api-run-state"),
     path("files", agent.files, name="api-files"),
     path("files/<str:file_id>", agent.file_download, name="api-file"),
@@ -24,6 +25,11 @@ v0 = [
     path("datasets/<str:dataset_id>/items/<str:item_id>", evals.dataset_item, name="api-dataset-item"),
     path("experiments", evals.experiments_list, name="api-experiments"),
     path("experiments/<str:experiment_id>", evals.experiment_detail, name="api-experiment"),
+    path("capabilities/<str:name>/rules", rules.capability_rules, name="api-capability-rules"),
+    path("capabilities/<str:name>/backtest", rules.capability_backtest, name="api-capability-backtest"),
+    path("capabilities/<str:name>/grants", rules.capability_grants, name="api-capability-grants"),
+    path("grants/<str:grant_id>", rules.grant_detail, name="api-grant"),
+    path("grants/<str:grant_id>/revoke", rules.grant_revoke, name="api-grant-revoke"),
     path("openapi.json", openapi.openapi_json, name="api-openapi"),
     path("docs", openapi.docs, name="api-docs"),
 ]

@@ -12,11 +12,21 @@ State machines (SPEC "Words" and "Precise rules"):
               (pending/waiting -> cancelled when the run finishes; delivering -> pending to retry)
 
 The package by subdomain: runs, asks, decisions, delivery, expiry, evals, team, audit; sql holds every
-hand-written statement, ports what is handed out after commit.
+hand-written statement, gateway sends them (the only module that may use `connection.cursor`), tokens
+finds a live run token's invocation, ports what is handed out after commit.
 """
 
 from .asks import hold_ask, hold_ask_by_token, hold_fingerprint
 from .audit import audit
+from .channels import (
+    push_gone,
+    push_subscribe,
+    push_unsubscribe,
+    slack_message_closed,
+    slack_message_posted,
+    slack_refused,
+    slack_request_seen,
+)
 from .claims import CLAIM_FOR, RENEW_EVERY, hold_claim, hold_claim_renew, hold_release
 from .decisions import asked_items, hold_decide
 from .delivery import (
@@ -30,6 +40,8 @@ from .delivery import (
     invocation_record,
     invocation_retry,
     invocations_due,
+    invocations_relay,
+    invocations_relay_release,
 )
 from .evals import (
     dataset_create,
@@ -45,6 +57,14 @@ from .evals import (
 )
 from .expiry import Expired, due_holds, holds_expire_batch, holds_expire_due
 from .extend import hold_extend
+from .pushes import a2a_push_received, a2a_push_run
+from .rules import (
+    MAX_GRANT_DAYS,
+    current_rule_set,
+    grant_create,
+    grant_revoke,
+    rules_save,
+)
 from .runs import experiments_finish, run_fail, run_file_add, run_start, run_state_delete, run_state_put
 from .team import (
     DEFAULTS,
@@ -53,12 +73,29 @@ from .team import (
     person_add,
     person_set_active,
     person_set_role,
+    person_set_slack,
     service_account_create,
     service_account_revoke,
     service_account_set_role,
 )
+from .tokens import invocation_for_token
 
 __all__ = [
+    "a2a_push_received",
+    "a2a_push_run",
+    "MAX_GRANT_DAYS",
+    "current_rule_set",
+    "grant_create",
+    "grant_revoke",
+    "rules_save",
+    "person_set_slack",
+    "push_gone",
+    "push_subscribe",
+    "push_unsubscribe",
+    "slack_message_closed",
+    "slack_message_posted",
+    "slack_refused",
+    "slack_request_seen",
     "CLAIM_FOR",
     "RENEW_EVERY",
     "DEFAULTS",
@@ -96,7 +133,10 @@ __all__ = [
     "invocation_defer",
     "invocation_record",
     "invocation_retry",
+    "invocation_for_token",
     "invocations_due",
+    "invocations_relay",
+    "invocations_relay_release",
     "person_add",
     "person_set_active",
     "person_set_role",

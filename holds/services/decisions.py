@@ -1,9 +1,9 @@
 """Decisions: a person or service account decides a hold, once; the resume goes with it."""
 
-from django.db import connection
+import json
+
 from django.utils import timezone
 
-from .. import rows
 from ..auth import Actor, run_token_hash
 from ..errors import Invalid, NotFound
 from ..ids import HOLD, public_id
@@ -11,28 +11,28 @@ from ..models import Action, AuditEvent, AuditKind, Hold, HoldItem, Invocation
 from ..policy import decide_refusal, hold_refusal
 from ..schemas import Asked, blank_to_none, validate_decision
 from ..words import ActorKind
-from . import ports, receipts, sql
-from .transactions import insert_values, one_round_trip
+from . import gateway, ports, receipts, sql
+from .gateway import insert_values, one_round_trip
 
 
 def _hold_to_decide(hold_id: int) -> tuple[Hold | None, list[HoldItem]]:
     statement, columns = sql.DECIDE.parts()
-    with connection.cursor() as cursor:
-        cursor.execute(statement, [hold_id])
-        found = cursor.fetchall()
+    found = gateway.fetch(statement, [hold_id])
     if not found:
         return None, []
     *head, item_columns = columns
-    hold, hold.capability, hold.run = rows.build(head, found[0])
+    hold, hold.capability, hold.run = gateway.build(head, found[0])
     at = sum(len(part.fields) for part in head)  # where each row's item columns start
     return hold, [item_columns.build(row[at:]) for row in found if row[at] is not None]
 
 
 def asked_items(hold: Hold, items: list[HoldItem]) -> dict[str, Asked]:
-    """What a decision is checked against, item by item (the form runs the same check)."""
+    """What a decision is checked against, item by item (the form runs the same check): the items still
+    open, since those a rule or grant decided at the ask are not people's to decide."""
     return {
         item.item_id: Asked(data=item.data, actions=item.effective_actions(hold.actions), schema=item.schema)
         for item in items
+        if not item.decided_by
     }
 
 
@@ -59,19 +59,22 @@ def hold_decide(
     by_id = {d.id: d for d in decision.items}
     resume_items = []
     for item in items:
-        choice = by_id[item.item_id]
-        item.action = choice.action
-        item.decided_data = choice.data if choice.action == Action.EDIT else None
-        own = blank_to_none(choice.comment)
-        item.comment = own if own is not None else (comment if choice.action != Action.APPROVE else None)
-        resume_items.append(
-            {
-                "id": item.item_id,
-                "action": item.action,
-                "data": item.decided_data if item.action == Action.EDIT else item.data,
-                "comment": item.comment,
-            }
-        )
+        choice = by_id.get(item.item_id)
+        if choice is not None:
+            item.action = choice.action
+            item.decided_data = choice.data if choice.action == Action.EDIT else None
+            own = blank_to_none(choice.comment)
+            item.comment = own if own is not None else (comment if choice.action != Action.APPROVE else None)
+        # else: a rule or grant decided it at the ask; the resume carries every item.
+        resume_item = {
+            "id": item.item_id,
+            "action": item.action,
+            "data": item.decided_data if item.action == Action.EDIT else item.data,
+            "comment": item.comment,
+        }
+        if item.decided_by:
+            resume_item["decided_by"] = item.decided_by
+        resume_items.append(resume_item)
     resume = {"hold_id": hold.public_id, "resolved_by": "human", "items": resume_items, "comment": comment}
     event = AuditEvent(
         kind=AuditKind.HOLD_DECIDED,
@@ -92,19 +95,7 @@ def hold_decide(
         "decided_by_account_id": actor.account.pk if actor.kind == ActorKind.ACCOUNT else None,
         "comment": comment,
     }
-    resume["receipt"] = receipts.sign(
-        hold_id=hold.public_id,
-        run_id=hold.run.public_id,
-        capability=hold.capability.name,
-        resolved_by=resume["resolved_by"],
-        decided_by=[receipts.decider("person" if actor.kind == ActorKind.USER else "service_account", actor.label)],
-        decided_at=stamp["decided_at"],
-        items=[
-            receipts.receipt_item(item.item_id, sent["action"], item.data, sent["data"])
-            for item, sent in zip(items, resume_items, strict=True)
-        ],
-    )
-    resume_invocation = _write_decision(hold, items, stamp, resume, event)
+    resume_invocation = write_decision(hold, items, stamp, resume, event)
     if resume_invocation is None:
         # Another decider or the sweep got there first, or the clock passed expires_at.
         fresh = Hold.objects.get(pk=hold.pk)
@@ -119,13 +110,15 @@ def hold_decide(
     return hold
 
 
-def _write_decision(
+def write_decision(
     hold: Hold, items: list[HoldItem], stamp: dict, resume: dict, event: AuditEvent
 ) -> Invocation | None:
     """Takes the hold for this decision and writes everything it decides, in one transaction of one
     round trip (sql.TAKE_HOLD, then sql.write_decision): the hold's `stamp`, the per-item decisions, the
-    -1 pending count, the resume invocation (returned) and the audit event. None: the hold was not
-    pending any more, or its expires_at had passed by the database's clock, and nothing was written."""
+    -1 pending count, the resume invocation (returned; its receipt signed here, so people's and rules'
+    decisions both carry one) and the audit event. None: the hold was not pending any more, or its
+    expires_at had passed by the database's clock, and nothing was written."""
+    resume["receipt"] = receipts.for_decision(hold, items, stamp, resume)
     # seq, status and next_attempt_at are placeholders here: the statement sets them from the asker.
     invocation = Invocation(
         run_id=hold.run_id, kind=Invocation.Kind.RESUME, seq=0, status="", hold_id=hold.pk, resume=resume
@@ -141,6 +134,7 @@ def _write_decision(
         "actions": [item.action for item in items],
         "decided_data": [decided.get_prep_value(item.decided_data) for item in items],
         "comments": [item.comment for item in items],
+        "item_decided_by": [json.dumps(item.decided_by) if item.decided_by else None for item in items],
         "asker": hold.invocation_id,
         "now": timezone.now(),
     }

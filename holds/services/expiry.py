@@ -5,14 +5,14 @@ import logging
 from dataclasses import dataclass
 
 from django.conf import settings
-from django.db import DatabaseError, connection, transaction
+from django.db import DatabaseError, transaction
 from django.db.models.functions import Now
 from django.utils import timezone
 
 from ..auth import SYSTEM, run_token_sql_params
 from ..ids import HOLD, RUN, public_id
 from ..models import Hold, Invocation
-from . import ports, receipts, sql
+from . import gateway, ports, receipts, sql
 
 log = logging.getLogger(__name__)
 
@@ -76,9 +76,7 @@ def _expire(hold_ids: list[int]) -> list[Expired]:
     if not hold_ids:
         return []
     params = {"hold_ids": hold_ids, "now": timezone.now(), "actor": SYSTEM.label, **run_token_sql_params()}
-    with connection.cursor() as cursor:
-        cursor.execute(sql.EXPIRE_LOCKED, params)
-        expired = [Expired(*row) for row in cursor.fetchall()]
+    expired = [Expired(*row) for row in gateway.fetch(sql.EXPIRE_LOCKED, params)]
     _sign_expired(expired, params["now"])
     ports.publish_on_commit([e.invocation_id for e in expired if e.status == Invocation.Status.PENDING])
     return expired
@@ -90,12 +88,12 @@ def _sign_expired(expired: list[Expired], now) -> None:
     if not expired:
         return
     by_hold: dict[int, tuple[int, str, list]] = {}
-    with connection.cursor() as cursor:
-        cursor.execute(sql.EXPIRED_FOR_RECEIPTS, [[e.hold_id for e in expired]])
-        for hold_id, run_id, capability, item_id, data in cursor.fetchall():
-            entry = by_hold.setdefault(hold_id, (run_id, capability, []))
-            if item_id is not None:
-                entry[2].append(receipts.receipt_item(item_id, None, json.loads(data), None))
+    for hold_id, run_id, capability, item_id, data in gateway.fetch(
+        sql.EXPIRED_FOR_RECEIPTS, [[e.hold_id for e in expired]]
+    ):
+        entry = by_hold.setdefault(hold_id, (run_id, capability, []))
+        if item_id is not None:
+            entry[2].append(receipts.receipt_item(item_id, None, json.loads(data), None))
     ids, resumes = [], []
     for e in expired:
         run_id, capability, items = by_hold[e.hold_id]
@@ -111,5 +109,4 @@ def _sign_expired(expired: list[Expired], now) -> None:
         )
         ids.append(e.invocation_id)
         resumes.append(json.dumps(resume))
-    with connection.cursor() as cursor:
-        cursor.execute(sql.SET_RESUMES, [ids, resumes])
+    gateway.fetch(sql.SET_RESUMES, [ids, resumes])

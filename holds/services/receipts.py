@@ -18,12 +18,14 @@ from cryptography.fernet import Fernet, InvalidToken
 from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 from django.conf import settings
-from django.db import connection, transaction
+from django.db import transaction
 from joserfc import jws
 from joserfc.jwk import OKPKey
 
+from ..ids import RUN, public_id
 from ..models import ReceiptKey
 from ..schemas import canonical_json
+from . import gateway
 
 ALG = "Ed25519"
 TYP = "rq-receipt+jws"
@@ -80,9 +82,29 @@ def sign(
     return jws.serialize_compact(header, canonical_json(claims).encode(), key, algorithms=[ALG])
 
 
-def decider(actor_kind: str, label: str) -> dict:
-    """Who decided, as a receipt names them: a person or service account by label, or the expiry."""
-    return {"type": actor_kind, "name": label}
+def for_decision(hold, items, stamp: dict, resume: dict) -> str:
+    """The receipt of a decision about to be written (decisions.write_decision): by a person or service
+    account (the stamp's), and by each rule or grant that decided an item (the item's `decided_by`)."""
+    deciders = []
+    if stamp.get("decided_by_user_id") is not None:
+        deciders.append({"type": "person", "name": stamp["decided_by"]})
+    elif stamp.get("decided_by_account_id") is not None:
+        deciders.append({"type": "service_account", "name": stamp["decided_by"]})
+    for sent in resume["items"]:
+        if sent.get("decided_by") and sent["decided_by"] not in deciders:
+            deciders.append(sent["decided_by"])
+    return sign(
+        hold_id=hold.public_id,
+        run_id=public_id(RUN, hold.run_id),
+        capability=hold.capability.name,
+        resolved_by=resume["resolved_by"],
+        decided_by=deciders,
+        decided_at=stamp["decided_at"],
+        items=[
+            receipt_item(item.item_id, sent["action"], item.data, sent["data"], sent.get("decided_by"))
+            for item, sent in zip(items, resume["items"], strict=True)
+        ],
+    )
 
 
 EXPIRED = {"type": "expired"}
@@ -130,8 +152,7 @@ def jwks() -> dict:
 
 def _create(*, only_if_none: bool) -> ReceiptKey:
     with transaction.atomic():
-        with connection.cursor() as cursor:
-            cursor.execute("SELECT pg_advisory_xact_lock(%s)", [_KEY_LOCK])
+        gateway.fetch("SELECT pg_advisory_xact_lock(%s)", [_KEY_LOCK])
         if only_if_none and (existing := ReceiptKey.objects.first()) is not None:
             return existing
         generated = OKPKey.generate_key("Ed25519")

@@ -9,6 +9,9 @@ export type Action = Wire["DecisionItemIn"]["action"];
 
 export type JsonObject = { [key: string]: unknown };
 
+/** Which rule (with its version) or standing grant decided an item at the ask; null when a person did. */
+export type DecidedBy = Wire["DecidedByOut"];
+
 export interface DecidedItem {
   id: string;
   action: Action;
@@ -16,12 +19,19 @@ export interface DecidedItem {
   data: JsonObject;
   /** The item's comment; the reviewer's one comment is already copied onto edit, reject and feedback. */
   comment: string | null;
+  decidedBy: DecidedBy | null;
 }
 
 /** The service's ResumeOut (src/wire.ts), read leniently: a recorded or hand-made resume may leave fields out. */
 export type ResumePayload = Partial<Omit<Wire["ResumeOut"], "items" | "resolved_by">> & {
   resolved_by?: Wire["ResumeOut"]["resolved_by"] | string;
-  items?: (Pick<Wire["ResumeItemOut"], "id" | "action"> & { data?: JsonObject | null; comment?: string | null })[] | null;
+  items?:
+    | (Pick<Wire["ResumeItemOut"], "id" | "action"> & {
+        data?: JsonObject | null;
+        comment?: string | null;
+        decided_by?: DecidedBy | null;
+      })[]
+    | null;
 };
 
 export class Resume {
@@ -52,6 +62,7 @@ export class Resume {
       action: i.action,
       data: i.data ?? {},
       comment: i.comment || null,
+      decidedBy: i.decided_by ?? null,
     }));
     return new Resume(payload.hold_id ?? "", payload.resolved_by ?? "", items, payload.comment || null, payload.receipt ?? null);
   }

@@ -1751,6 +1751,522 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v0/capabilities/{name}/rules": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** Read a capability's current rules */
+        get: {
+            parameters: {
+                query?: never;
+                header?: never;
+                path: {
+                    name: string;
+                };
+                cookie?: never;
+            };
+            requestBody?: never;
+            responses: {
+                /** @description the current version */
+                200: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["RuleSetOut"];
+                    };
+                };
+                /** @description unauthorized: missing, unknown, superseded or finished token or key */
+                401: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["ErrorOut"];
+                    };
+                };
+                /** @description forbidden */
+                403: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["ErrorOut"];
+                    };
+                };
+                /** @description not_found */
+                404: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["ErrorOut"];
+                    };
+                };
+            };
+        };
+        /** Save the rules as a new version (admins), answered with their backtest */
+        put: {
+            parameters: {
+                query?: never;
+                header?: never;
+                path: {
+                    name: string;
+                };
+                cookie?: never;
+            };
+            requestBody: {
+                content: {
+                    "application/json": components["schemas"]["RulesIn"];
+                };
+            };
+            responses: {
+                /** @description the new version */
+                200: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["RuleSetSavedOut"];
+                    };
+                };
+                /** @description bad_json: the body is not JSON */
+                400: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["ErrorOut"];
+                    };
+                };
+                /** @description unauthorized: missing, unknown, superseded or finished token or key */
+                401: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["ErrorOut"];
+                    };
+                };
+                /** @description forbidden */
+                403: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["ErrorOut"];
+                    };
+                };
+                /** @description not_found */
+                404: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["ErrorOut"];
+                    };
+                };
+                /** @description too_large: the raw body is over the limit */
+                413: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["ErrorOut"];
+                    };
+                };
+                /** @description invalid: every bad field by path (or idempotency_mismatch) */
+                422: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["InvalidOut"];
+                    };
+                };
+            };
+        };
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v0/capabilities/{name}/backtest": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** Replay rules or a grant's expression over the last 90 days of human decisions */
+        post: {
+            parameters: {
+                query?: never;
+                header?: never;
+                path: {
+                    name: string;
+                };
+                cookie?: never;
+            };
+            requestBody: {
+                content: {
+                    "application/json": components["schemas"]["BacktestIn"];
+                };
+            };
+            responses: {
+                /** @description the backtest */
+                200: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["BacktestOut"];
+                    };
+                };
+                /** @description bad_json: the body is not JSON */
+                400: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["ErrorOut"];
+                    };
+                };
+                /** @description unauthorized: missing, unknown, superseded or finished token or key */
+                401: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["ErrorOut"];
+                    };
+                };
+                /** @description forbidden */
+                403: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["ErrorOut"];
+                    };
+                };
+                /** @description not_found */
+                404: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["ErrorOut"];
+                    };
+                };
+                /** @description too_large: the raw body is over the limit */
+                413: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["ErrorOut"];
+                    };
+                };
+                /** @description invalid: every bad field by path (or idempotency_mismatch) */
+                422: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["InvalidOut"];
+                    };
+                };
+            };
+        };
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v0/capabilities/{name}/grants": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** List a capability's standing grants with their uses (newest first) */
+        get: {
+            parameters: {
+                query?: never;
+                header?: never;
+                path: {
+                    name: string;
+                };
+                cookie?: never;
+            };
+            requestBody?: never;
+            responses: {
+                /** @description the grants */
+                200: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["GrantListOut"];
+                    };
+                };
+                /** @description unauthorized: missing, unknown, superseded or finished token or key */
+                401: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["ErrorOut"];
+                    };
+                };
+                /** @description forbidden */
+                403: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["ErrorOut"];
+                    };
+                };
+                /** @description not_found */
+                404: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["ErrorOut"];
+                    };
+                };
+            };
+        };
+        put?: never;
+        /** Create a standing grant (approvers of the capability), answered with its backtest */
+        post: {
+            parameters: {
+                query?: never;
+                header?: never;
+                path: {
+                    name: string;
+                };
+                cookie?: never;
+            };
+            requestBody: {
+                content: {
+                    "application/json": components["schemas"]["GrantIn"];
+                };
+            };
+            responses: {
+                /** @description the grant */
+                201: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["GrantCreatedOut"];
+                    };
+                };
+                /** @description bad_json: the body is not JSON */
+                400: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["ErrorOut"];
+                    };
+                };
+                /** @description unauthorized: missing, unknown, superseded or finished token or key */
+                401: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["ErrorOut"];
+                    };
+                };
+                /** @description forbidden */
+                403: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["ErrorOut"];
+                    };
+                };
+                /** @description not_found */
+                404: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["ErrorOut"];
+                    };
+                };
+                /** @description too_large: the raw body is over the limit */
+                413: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["ErrorOut"];
+                    };
+                };
+                /** @description invalid: every bad field by path (or idempotency_mismatch) */
+                422: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["InvalidOut"];
+                    };
+                };
+            };
+        };
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v0/grants/{grant_id}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** Read a standing grant */
+        get: {
+            parameters: {
+                query?: never;
+                header?: never;
+                path: {
+                    grant_id: string;
+                };
+                cookie?: never;
+            };
+            requestBody?: never;
+            responses: {
+                /** @description the grant */
+                200: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["GrantOut"];
+                    };
+                };
+                /** @description unauthorized: missing, unknown, superseded or finished token or key */
+                401: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["ErrorOut"];
+                    };
+                };
+                /** @description forbidden */
+                403: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["ErrorOut"];
+                    };
+                };
+                /** @description not_found */
+                404: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["ErrorOut"];
+                    };
+                };
+            };
+        };
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v0/grants/{grant_id}/revoke": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** Revoke a standing grant (approvers of its capability, or admins) */
+        post: {
+            parameters: {
+                query?: never;
+                header?: never;
+                path: {
+                    grant_id: string;
+                };
+                cookie?: never;
+            };
+            requestBody?: never;
+            responses: {
+                /** @description the revoked grant */
+                200: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["GrantOut"];
+                    };
+                };
+                /** @description unauthorized: missing, unknown, superseded or finished token or key */
+                401: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["ErrorOut"];
+                    };
+                };
+                /** @description forbidden */
+                403: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["ErrorOut"];
+                    };
+                };
+                /** @description not_found */
+                404: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["ErrorOut"];
+                    };
+                };
+            };
+        };
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v0/invocations/{invocation_id}/retry": {
         parameters: {
             query?: never;
@@ -1981,9 +2497,27 @@ export interface components {
             hold_id: string;
             /**
              * Status
-             * @constant
+             * @enum {string}
              */
-            status: "pending";
+            status: "pending" | "decided";
+        };
+        /**
+         * DecidedByOut
+         * @description Which rule (and version) or standing grant decided an item at the ask.
+         */
+        DecidedByOut: {
+            /**
+             * Type
+             * @enum {string}
+             */
+            type: "rule" | "grant";
+            /** Id */
+            id: string;
+            /**
+             * Version
+             * @default null
+             */
+            version?: number | null;
         };
         /** HoldItemOut */
         HoldItemOut: {
@@ -2019,6 +2553,8 @@ export interface components {
             schema?: {
                 [key: string]: unknown;
             } | null;
+            /** @default null */
+            decided_by?: components["schemas"]["DecidedByOut"] | null;
         };
         /** ResumeItemOut */
         ResumeItemOut: {
@@ -2035,6 +2571,8 @@ export interface components {
             };
             /** Comment */
             comment: string | null;
+            /** @default null */
+            decided_by?: components["schemas"]["DecidedByOut"] | null;
         };
         /** ResumeOut */
         ResumeOut: {
@@ -2044,7 +2582,7 @@ export interface components {
              * Resolved By
              * @enum {string}
              */
-            resolved_by: "human" | "expired";
+            resolved_by: "human" | "expired" | "rule";
             /** Items */
             items: components["schemas"]["ResumeItemOut"][];
             /** Comment */
@@ -2401,6 +2939,236 @@ export interface components {
             items: components["schemas"]["ExperimentBriefOut"][];
             /** Next Cursor */
             next_cursor: string | null;
+        };
+        /** QuorumThen */
+        QuorumThen: {
+            /** Quorum */
+            quorum: number;
+            /** From */
+            from: ("admin" | "member")[];
+        };
+        /** RuleIn */
+        RuleIn: {
+            /** Id */
+            id: string;
+            /**
+             * When
+             * @description CEL over item, run and capability
+             */
+            when: string;
+            /**
+             * Then
+             * @default ask
+             */
+            then?: ("approve" | "reject" | "ask") | components["schemas"]["QuorumThen"];
+            /**
+             * Comment
+             * @description required for reject
+             * @default null
+             */
+            comment?: string | null;
+        };
+        /** RulesIn */
+        RulesIn: {
+            /** Rules */
+            rules: components["schemas"]["RuleIn"][];
+        };
+        /** RuleSetOut */
+        RuleSetOut: {
+            /** Capability */
+            capability: string;
+            /** Version */
+            version: number;
+            /** Rules */
+            rules: components["schemas"]["RuleIn"][];
+            /** Saved By */
+            saved_by: string | null;
+            /** Saved At */
+            saved_at: string | null;
+        };
+        /**
+         * Action
+         * @description What a reviewer does with one item.
+         * @enum {string}
+         */
+        Action: "approve" | "edit" | "reject" | "feedback";
+        /** BacktestDifferenceOut */
+        BacktestDifferenceOut: {
+            /** Hold Id */
+            hold_id: string;
+            /** Item Id */
+            item_id: string;
+            /** Title */
+            title: string;
+            person: components["schemas"]["Action"];
+            /**
+             * Would
+             * @enum {string}
+             */
+            would: "approve" | "reject";
+            /** By */
+            by: string;
+            /** Url */
+            url: string;
+        };
+        /** BacktestOut */
+        BacktestOut: {
+            /** Items */
+            items: number;
+            /** Would Decide */
+            would_decide: number;
+            /** Decided Otherwise */
+            decided_otherwise: number;
+            /** Since */
+            since: string;
+            /** Capped */
+            capped: boolean;
+            /** By Rule */
+            by_rule: {
+                [key: string]: components["schemas"]["BacktestRuleOut"];
+            };
+            /** Differences */
+            differences: components["schemas"]["BacktestDifferenceOut"][];
+        };
+        /** BacktestRuleOut */
+        BacktestRuleOut: {
+            /** Would Decide */
+            would_decide: number;
+            /** Decided Otherwise */
+            decided_otherwise: number;
+            /** Errors */
+            errors: number;
+            /** Error */
+            error: string | null;
+        };
+        /** RuleSetSavedOut */
+        RuleSetSavedOut: {
+            /** Capability */
+            capability: string;
+            /** Version */
+            version: number;
+            /** Rules */
+            rules: components["schemas"]["RuleIn"][];
+            /** Saved By */
+            saved_by: string | null;
+            /** Saved At */
+            saved_at: string | null;
+            backtest: components["schemas"]["BacktestOut"];
+        };
+        /**
+         * BacktestIn
+         * @description A rule list, or one grant's expression.
+         */
+        BacktestIn: {
+            /**
+             * Rules
+             * @default null
+             */
+            rules?: components["schemas"]["RuleIn"][] | null;
+            /**
+             * When
+             * @default null
+             */
+            when?: string | null;
+        };
+        /** GrantIn */
+        GrantIn: {
+            /** When */
+            when: string;
+            /**
+             * Expires At
+             * @description ISO 8601 with offset; at most 90 days away
+             */
+            expires_at: string;
+            /**
+             * Max Uses
+             * @default null
+             */
+            max_uses?: number | null;
+            /**
+             * Comment
+             * @default null
+             */
+            comment?: string | null;
+            /**
+             * Hold Id
+             * @description the decided hold it is made from
+             * @default null
+             */
+            hold_id?: string | null;
+            /**
+             * Item Id
+             * @default null
+             */
+            item_id?: string | null;
+        };
+        /** GrantOut */
+        GrantOut: {
+            /** Grant Id */
+            grant_id: string;
+            /** Capability */
+            capability: string;
+            /** When */
+            when: string;
+            /** Comment */
+            comment: string | null;
+            /** Created By */
+            created_by: string;
+            /** Created At */
+            created_at: string;
+            /** Expires At */
+            expires_at: string;
+            /** Max Uses */
+            max_uses: number | null;
+            /** Uses */
+            uses: number;
+            /** Last Used At */
+            last_used_at: string | null;
+            /** Revoked At */
+            revoked_at: string | null;
+            /** Revoked By */
+            revoked_by: string | null;
+            /** From Hold Id */
+            from_hold_id: string | null;
+            /** From Item Id */
+            from_item_id: string | null;
+        };
+        /** GrantCreatedOut */
+        GrantCreatedOut: {
+            /** Grant Id */
+            grant_id: string;
+            /** Capability */
+            capability: string;
+            /** When */
+            when: string;
+            /** Comment */
+            comment: string | null;
+            /** Created By */
+            created_by: string;
+            /** Created At */
+            created_at: string;
+            /** Expires At */
+            expires_at: string;
+            /** Max Uses */
+            max_uses: number | null;
+            /** Uses */
+            uses: number;
+            /** Last Used At */
+            last_used_at: string | null;
+            /** Revoked At */
+            revoked_at: string | null;
+            /** Revoked By */
+            revoked_by: string | null;
+            /** From Hold Id */
+            from_hold_id: string | null;
+            /** From Item Id */
+            from_item_id: string | null;
+            backtest: components["schemas"]["BacktestOut"] | null;
+        };
+        /** GrantListOut */
+        GrantListOut: {
+            /** Grants */
+            grants: components["schemas"]["GrantOut"][];
         };
     };
     responses: never;
