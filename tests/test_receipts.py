@@ -196,3 +196,55 @@ def test_a_changed_secret_key_makes_a_new_key_and_old_receipts_still_verify(api,
     assert len(jwks["keys"]) == 2
     assert third_party_verify(old, jwks)["hold_id"] == first.public_id
     assert third_party_verify(new, jwks)["hold_id"] == second.public_id
+
+
+SMALL = {"id": "small", "when": "item.data.amount < 100", "then": "approve"}
+
+
+def rules_hold(api, cap, amounts):
+    from holds import services
+    from holds.auth import SYSTEM
+
+    services.rules_save(capability=cap, rules=[SMALL], actor=SYSTEM)
+    body = factories.ask_body(
+        len(amounts),
+        items=[{"id": f"INV-{n}", "title": f"Invoice {n}", "data": {"amount": v}} for n, v in enumerate(amounts, 1)],
+    )
+    run = factories.start_run(cap)
+    _, token = factories.deliver_now(run)
+    response = api.post("/v0/holds", body, token=token)
+    assert response.status_code == 201, response.content
+    return run, Hold.objects.get(pk=int(response.json()["hold_id"][2:])), body
+
+
+def test_a_rule_decision_names_the_rule_and_its_version(api, cap, client):
+    run, hold, body = rules_hold(api, cap, [5, 7])
+    resume = Invocation.objects.get(hold=hold, kind="resume").resume
+    claims = third_party_verify(resume["receipt"], public_jwks(client))
+    rule = {"type": "rule", "id": "small", "version": 1}
+    assert claims["resolved_by"] == "rule" and claims["decided_by"] == [rule]
+    assert claims["items"] == [
+        {
+            "id": item["id"],
+            "action": "approve",
+            "asked_sha256": digest(item["data"]),
+            "decided_sha256": digest(item["data"]),
+            "decided_by": rule,
+        }
+        for item in body["items"]
+    ]
+
+
+def test_a_hold_partly_decided_by_a_rule_names_the_rule_and_the_person(api, cap, member_key, client):
+    _, hold, body = rules_hold(api, cap, [5, 700])
+    edited = {"amount": 650}
+    resume = decide(api, hold, {"items": [{"id": "INV-2", "action": "edit", "data": edited}]}, member_key).resume
+    claims = third_party_verify(resume["receipt"], public_jwks(client))
+    rule = {"type": "rule", "id": "small", "version": 1}
+    assert claims["decided_by"] == [{"type": "service_account", "name": "service account robot"}, rule]
+    assert [(i["id"], i["action"], i.get("decided_by")) for i in claims["items"]] == [
+        ("INV-1", "approve", rule),
+        ("INV-2", "edit", None),
+    ]
+    assert claims["items"][1]["decided_sha256"] == digest(edited)
+    assert claims["items"][1]["asked_sha256"] == digest(body["items"][1]["data"])
