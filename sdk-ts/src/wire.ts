@@ -2986,12 +2986,6 @@ export interface components {
             /** Saved At */
             saved_at: string | null;
         };
-        /**
-         * Action
-         * @description What a reviewer does with one item.
-         * @enum {string}
-         */
-        Action: "approve" | "edit" | "reject" | "feedback";
         /** BacktestDifferenceOut */
         BacktestDifferenceOut: {
             /** Hold Id */
@@ -3000,7 +2994,11 @@ export interface components {
             item_id: string;
             /** Title */
             title: string;
-            person: components["schemas"]["Action"];
+            /**
+             * Person
+             * @enum {string}
+             */
+            person: "approve" | "edit" | "reject" | "feedback";
             /**
              * Would
              * @enum {string}
