@@ -63,6 +63,25 @@
     if (target === item) item.setAttribute("tabindex", "-1");
     target.focus();
     item.scrollIntoView({ block: "nearest" });
+    clearOfBar(target);
+  }
+
+  // --- the sticky decide bar never hides the focus (WCAG 2.4.11): scroll what has the focus
+  // above the bar; the CSS scroll-padding (from --bar-height) covers the browser's own scrolling ---
+  function decideBar() {
+    return document.querySelector(".decide-bar");
+  }
+
+  function clearOfBar(el) {
+    var bar = decideBar();
+    if (!el || !bar || bar.contains(el) || !el.getBoundingClientRect) return;
+    var top = bar.getBoundingClientRect().top, rect = el.getBoundingClientRect();
+    if (rect.bottom > top - 8 && top < window.innerHeight) window.scrollBy(0, rect.bottom - top + 16);
+  }
+
+  function measureBar() {
+    var bar = decideBar();
+    if (bar) document.documentElement.style.setProperty("--bar-height", Math.ceil(bar.offsetHeight) + "px");
   }
 
   function move(list, step, focusFn) {
@@ -117,6 +136,12 @@
       openDialog(help);
       return;
     }
+    if (lookOpen && event.key === "s") {
+      // Stay: untick "then open the next hold" (pressed again, tick it back).
+      var goNext = document.getElementById("go-next");
+      if (goNext) { event.preventDefault(); goNext.checked = !goNext.checked; }
+      return;
+    }
     if (lookOpen || (help && help.open)) return;
     var links = queueLinks();
     switch (event.key) {
@@ -167,6 +192,7 @@
   document.addEventListener("focusin", function (event) {
     var item = event.target.closest && event.target.closest("fieldset[data-item]");
     if (item) currentItem = item;
+    clearOfBar(event.target);
   });
 
   // --- forms: one submit per click, however fast the clicks ---
@@ -210,9 +236,11 @@
     if (target && target.id === "last-look-body") {
       var dialog = document.getElementById("last-look");
       openDialog(dialog);
-      var confirm = document.getElementById("confirm-decision");
+      // With points worth a second look, the focus starts on their tick, not on Confirm.
+      var confirm = document.getElementById("second-look-ack") || document.getElementById("confirm-decision");
       (confirm || dialog).focus();
     }
+    if (target && target.id === "bc-preview") clearOfBar(target);
     if (target && target.id === "decision-form") {
       var errors = document.getElementById("form-errors");
       var firstBad = document.querySelector("#decision-form [aria-invalid=true], #decision-form .error");
@@ -233,5 +261,7 @@
     document.documentElement.classList.add("js");
     tick();
     setInterval(tick, 1000);
+    measureBar();
+    window.addEventListener("resize", measureBar);
   });
 })();

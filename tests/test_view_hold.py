@@ -459,3 +459,22 @@ def test_a_refused_page_and_a_missing_one_are_styled_pages_that_say_why(client, 
     missing = client.get("/holds/ho_missing")
     assert missing.status_code == 404 and "Not found" in missing.content.decode()
     assert "<code>/holds/ho_missing</code>" in missing.content.decode()
+
+
+def test_after_a_decision_it_opens_the_next_hold_unless_asked_to_stay(signed_in, cap):
+    _, first = factories.held_hold(cap, factories.ask_body(intent="First", expires_in=3600))
+    _, second = factories.held_hold(cap, factories.ask_body(intent="Second", expires_in=7200))
+    look = signed_in.post(url(first, "/review"), {"approve_all": "1", "fingerprint": first.fingerprint})
+    assert 'id="go-next" checked' in look.content.decode()  # on by default
+    decision = {"decision": confirmed(look), "fingerprint": first.fingerprint, "next": "1"}
+    response = signed_in.post(url(first, "/decision"), decision)
+    assert response.status_code == 303 and response["Location"] == url(second)
+
+    look = signed_in.post(url(second, "/review"), {"approve_all": "1", "fingerprint": second.fingerprint})
+    response = signed_in.post(
+        url(second, "/decision"), {"decision": confirmed(look), "fingerprint": second.fingerprint}
+    )
+    assert response["Location"] == url(second)  # stayed: "next" unticked
+    _, third = factories.held_hold(cap, factories.ask_body(intent="Third"))
+    look = signed_in.post(url(third, "/review"), {"approve_all": "1", "fingerprint": third.fingerprint})
+    assert 'id="go-next">' in look.content.decode()  # the choice is kept (a cookie)
