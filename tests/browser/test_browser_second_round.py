@@ -136,8 +136,8 @@ def fits(page) -> dict:
     )
 
 
-@pytest.mark.parametrize("width,height", [(390, 844), (320, 640)])
-def test_a_phone_decides(person_session, cap, width, height):
+@pytest.mark.parametrize("width,height", [(390, 844), (320, 640), (1280, 800)])
+def test_a_phone_decides_and_so_does_a_desktop(person_session, cap, width, height):
     require("axe-core: run `npm ci` (node_modules/axe-core/axe.min.js)", AXE.exists())
     _, hold = factories.held_hold(cap, factories.ask_body(n_items=8, intent="Pay 8 invoices"))
     factories.held_hold(cap, factories.ask_body(intent="Pay one more invoice to a long-named payee"))
@@ -148,7 +148,7 @@ def test_a_phone_decides(person_session, cap, width, height):
         size = fits(page)
         assert size["doc"] <= size["view"], (url, size)
         assert violations(page) == [], url
-        screenshot(page, f"phone-{width}-{name}", full_page=False)
+        screenshot(page, f"size-{width}-{name}", full_page=False)
 
     page.goto(f"/holds/{hold.public_id}")
     approve_all = page.get_by_role("button", name="Approve all")
@@ -160,7 +160,7 @@ def test_a_phone_decides(person_session, cap, width, height):
     box = look.bounding_box()
     assert box["x"] >= 0 and box["x"] + box["width"] <= width and box["y"] >= 0 and box["y"] + box["height"] <= height
     assert violations(page) == [], "last look"
-    screenshot(page, f"phone-{width}-last-look", full_page=False)
+    screenshot(page, f"size-{width}-last-look", full_page=False)
     confirm = look.get_by_role("button", name="Confirm decision")
     confirm.scroll_into_view_if_needed()
     confirm.click()
