@@ -3,7 +3,8 @@
 Per capability and data field, items decided by a person are counted in confidence buckets against
 how often the reviewer changed that field or turned the item down (reject and feedback count against
 every confidence field of the item). Expiries are not decisions; items that approve-by-confidence set
-(listed in the decision's audit event as `by_confidence`) say nothing about the agent and are left out.
+(listed in the decision's audit event as `by_confidence`) and items a rule or grant decided say nothing
+about the agent and are left out.
 
 Kept like the ops sums (holds/rollup.py): each span of the audit log that the ops rollup seals is
 tallied here in the same transaction into CalibrationTotal, and a request adds only the live tail
@@ -53,6 +54,8 @@ def tally(start: datetime | None, end: datetime | None = None) -> dict[tuple[int
         HoldItem.objects.filter(hold_id__in=list(by_confidence))
         .exclude(confidence={})
         .exclude(confidence__isnull=True)
+        # A rule's or grant's decision is not a person's (SPEC Round 3): left out like by_confidence.
+        .filter(decided_by__isnull=True)
         .order_by()
         .values_list("hold_id", "hold__capability_id", "item_id", "confidence", "action", "data", "decided_data")
     )

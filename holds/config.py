@@ -16,6 +16,7 @@ import jsonschema
 import yaml
 
 from .models import Role
+from .rules import check_rules
 
 KEYS = {
     "endpoint",
@@ -29,6 +30,7 @@ KEYS = {
     "self_approval",
     "remind_before",
     "confidence_default",
+    "rules",
 }
 NOTIFY_KEYS = {"email", "webhook"}
 DURATION = re.compile(r"^(\d+(?:\.\d+)?)(ms|s|m|h|d)?$")
@@ -172,6 +174,11 @@ def _capability(base: Path, name: str, raw) -> tuple[CapabilitySpec, list[str]]:
             errors.append("key 'notify.webhook': an http(s) URL")
         else:
             spec.values["notify"] = notify
+    if "rules" in raw:
+        rules, problems = check_rules(raw["rules"])
+        errors += [f"key 'rules': {problem}" for problem in problems]
+        if not problems:
+            spec.values["rules"] = [rule.as_json() for rule in rules]
     return spec, errors
 
 

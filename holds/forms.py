@@ -110,7 +110,11 @@ class DecisionForm:
         self.errors: list[str] = []
         self.items: list[ItemForm] = []
         approve_all = self.bound and data.get("approve_all") is not None
+        # Items a rule or grant decided at the ask are not people's to decide: the page lists them apart.
+        self.ruled = [item for item in items if item.decided_by] if hold.status == Hold.Status.PENDING else []
         for item in items:
+            if item in self.ruled:
+                continue
             prefix = f"item-{item.position}"
             own = item.effective_actions(hold.actions or [])
             form = ItemForm(item=item, prefix=prefix, actions=[a for a in Action.values if a in own])

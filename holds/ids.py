@@ -4,6 +4,8 @@ by primary key; invocation ids are `inv_…` strings of their own (models.new_in
 HOLD, RUN, FILE = "h", "r", "f"
 # Evals: datasets, their items, experiments.
 DATASET, DATASET_ITEM, EXPERIMENT = "ds", "di", "ex"
+# Standing grants.
+GRANT = "grt"
 
 
 def public_id(prefix: str, pk: int) -> str:

@@ -46,6 +46,24 @@ def is_hidden(ch: str) -> bool:
     return unicodedata.category(ch) in ("Cc", "Cf", "Zl", "Zp", "Co", "Cn")
 
 
+def _script(ch: str) -> str | None:
+    if not ch.isalpha():
+        return None
+    name = unicodedata.name(ch, "")
+    for script in ("LATIN", "CYRILLIC", "GREEK"):
+        if name.startswith(script):
+            return script
+    return None
+
+
+def mixed_scripts(text: str) -> list[str]:
+    """The look-alike scripts mixed with Latin in `text` (empty when it is not mixed)."""
+    scripts = {s for s in map(_script, text) if s}
+    if "LATIN" not in scripts:
+        return []
+    return sorted(s.capitalize() for s in scripts - {"LATIN"})
+
+
 def mark_of(ch: str) -> str:
     return f"⟦U+{ord(ch):04X}⟧"
 

@@ -15,7 +15,7 @@ from django.conf import settings
 from django.db import models
 from django.db.models import Q
 
-from .ids import DATASET, DATASET_ITEM, EXPERIMENT, FILE, HOLD, RUN, public_id
+from .ids import DATASET, DATASET_ITEM, EXPERIMENT, FILE, GRANT, HOLD, RUN, public_id
 from .words import Action, AuditKind  # noqa: F401  (defined in words.py, imported from here too)
 
 
@@ -111,6 +111,11 @@ class Capability(models.Model):
     # the others wait in the database instead of each holding a worker thread for the whole timeout.
     endpoint_stalled_at = models.DateTimeField(null=True, blank=True)
     endpoint_probe_until = models.DateTimeField(null=True, blank=True)
+    # The current RuleSet's version (0: no rules) and a counter bumped whenever a grant is created or
+    # revoked (0: never had one). The ask reads both with its hold's row, so that a capability without
+    # rules or grants costs the ask nothing, and a process's compiled rules are known to be current.
+    rules_version = models.PositiveIntegerField(default=0)
+    grants_version = models.PositiveIntegerField(default=0)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 
@@ -397,6 +402,11 @@ class Hold(models.Model):
                 condition=Q(status__in=["decided", "expired"]),
                 name="hold_history",
             ),
+            # The backtest (services/backtest.py): a capability's decided holds of the last 90 days, one
+            # range scan. Written once per hold, when it is decided.
+            models.Index(
+                fields=["capability", "decided_at"], condition=Q(status="decided"), name="hold_decided_by_capability"
+            ),
             # The ops page: the oldest pending hold of each capability, one index probe each.
             models.Index(fields=["capability", "created_at"], condition=Q(status="pending"), name="hold_pending_age"),
             # The sweep touches pending holds that expire, in expiry order.
@@ -413,6 +423,15 @@ class Hold(models.Model):
     @property
     def public_id(self) -> str:
         return public_id(HOLD, self.pk)
+
+
+def decider_label(decided_by: dict | None) -> str:
+    """`rule small v3`, `grant grt_5`: how pages, history and the audit log name a rule's or grant's decision."""
+    if not decided_by:
+        return ""
+    if decided_by.get("type") == "rule":
+        return f"rule {decided_by.get('id')} v{decided_by.get('version')}"
+    return f"grant {decided_by.get('id')}"
 
 
 class HoldItem(models.Model):
@@ -436,6 +455,9 @@ class HoldItem(models.Model):
     action = models.CharField(max_length=10, choices=Action.choices, blank=True, default="")
     decided_data = ExactJSONField(null=True, blank=True)
     comment = models.TextField(null=True, blank=True)
+    # Who decided this item when it was not the hold's decider: {"type": "rule", "id", "version"} or
+    # {"type": "grant", "id": "grt_5"} (SPEC Round 3: the hold, history and receipt name the rule).
+    decided_by = models.JSONField(null=True, blank=True)
 
     class Meta:
         ordering = ["hold", "position"]
@@ -446,6 +468,10 @@ class HoldItem(models.Model):
 
     def __str__(self) -> str:
         return f"{public_id(HOLD, self.hold_id)} {self.item_id}"
+
+    @property
+    def decided_by_label(self) -> str:
+        return decider_label(self.decided_by)
 
     def effective_actions(self, hold_actions: list[str]) -> list[str]:
         """SPEC: an item without its own `actions` takes the hold's."""
@@ -489,7 +515,18 @@ class RunFile(models.Model):
     size = models.PositiveBigIntegerField()
     sha256 = models.CharField(max_length=64)
     file = models.FileField(upload_to=run_file_path)
+    # The upload's Idempotency-Key ("" without one): a repeated upload gets the first file, not a second.
+    idempotency_key = models.CharField(max_length=200, blank=True, default="")
     created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["run", "idempotency_key"],
+                condition=~models.Q(idempotency_key=""),
+                name="run_file_idempotency_key_unique",
+            )
+        ]
 
     def __str__(self) -> str:
         return f"{self.public_id} {self.name}"
@@ -689,3 +726,62 @@ class Experiment(models.Model):
     @property
     def public_id(self) -> str:
         return public_id(EXPERIMENT, self.pk)
+
+
+class RuleSet(models.Model):
+    """One saved version of a capability's rules (SPEC Round 3 "Rules"): every save is a new row, and
+    Capability.rules_version names the current one. `rules`: [{id, when, then, comment?}] as checked
+    by holds/rules.py."""
+
+    capability = models.ForeignKey(Capability, on_delete=models.CASCADE, related_name="rule_sets")
+    version = models.PositiveIntegerField()
+    rules = models.JSONField(default=list)
+    saved_by = models.CharField(max_length=200)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["capability", "version"], name="rule_set_version_unique")]
+
+    def __str__(self) -> str:
+        return f"{self.capability_id} v{self.version}"
+
+
+class Grant(models.Model):
+    """A standing grant ("approve and remember"): `when` approves matching items of its capability until
+    it expires, is used up or is revoked. `uses` moves only in the conditional UPDATE of the ask that
+    uses it (services/rules.py), so `max_uses` holds under concurrent asks."""
+
+    capability = models.ForeignKey(Capability, on_delete=models.CASCADE, related_name="grants")
+    when = models.TextField()
+    comment = models.TextField(blank=True, default="")
+    created_by = models.CharField(max_length=200)
+    created_by_user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+", db_index=False
+    )
+    created_by_account = models.ForeignKey(
+        ServiceAccount, null=True, blank=True, on_delete=models.SET_NULL, related_name="+", db_index=False
+    )
+    # The decided item it was made from, if any (the hold page's "Approve and remember").
+    from_hold = models.ForeignKey(Hold, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    from_item_id = models.CharField(max_length=200, blank=True, default="")
+    expires_at = models.DateTimeField()
+    max_uses = models.PositiveIntegerField(null=True, blank=True)
+    uses = models.PositiveIntegerField(default=0)
+    last_used_at = models.DateTimeField(null=True, blank=True)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+    revoked_by = models.CharField(max_length=200, blank=True, default="")
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        indexes = [models.Index(fields=["capability", "-id"], name="grant_by_capability")]
+
+    def __str__(self) -> str:
+        return self.public_id
+
+    @property
+    def public_id(self) -> str:
+        return public_id(GRANT, self.pk)
+
+    @property
+    def from_hold_public_id(self) -> str | None:
+        return public_id(HOLD, self.from_hold_id) if self.from_hold_id else None

@@ -83,6 +83,15 @@ def document() -> dict:
         schemas.ExperimentCreatedOut,
         schemas.ExperimentOut,
         schemas.ExperimentListOut,
+        schemas.RulesIn,
+        schemas.RuleSetOut,
+        schemas.RuleSetSavedOut,
+        schemas.BacktestIn,
+        schemas.BacktestOut,
+        schemas.GrantIn,
+        schemas.GrantOut,
+        schemas.GrantCreatedOut,
+        schemas.GrantListOut,
     ]
     components: dict = {}
     for model in models:
@@ -95,6 +104,8 @@ def document() -> dict:
     run_id = _path_param("run_id", "^r_[0-9]+$")
     dataset_id = _path_param("dataset_id", "^ds_[0-9]+$")
     item_id = _path_param("item_id", "^di_[0-9]+$")
+    capability = _path_param("name", "^[A-Za-z0-9_.-]{1,100}$")
+    grant_id = _path_param("grant_id", "^grt_[0-9]+$")
     key_param = {"name": "key", "in": "path", "required": True, "schema": {"type": "string", "minLength": 1}}
     any_json = {"description": "the stored JSON value", "content": {"application/json": {"schema": {}}}}
     paths = {
@@ -223,7 +234,14 @@ def document() -> dict:
                         "in": "header",
                         "required": True,
                         "schema": {"type": "string", "minLength": 1, "maxLength": 255},
-                    }
+                    },
+                    {
+                        "name": "Idempotency-Key",
+                        "in": "header",
+                        "required": False,
+                        "description": "a repeat with the same key and file returns the first file",
+                        "schema": {"type": "string", "maxLength": 200},
+                    },
                 ],
                 raw_body={
                     "required": True,
@@ -339,6 +357,67 @@ def document() -> dict:
                 security=KEY + SESSION,
                 params=[_path_param("experiment_id", "^ex_[0-9]+$")],
                 responses={"200": _json(schemas.ExperimentOut, "the experiment"), **_errors(401, 403, 404)},
+            ),
+        },
+        "/v0/capabilities/{name}/rules": {
+            "get": _op(
+                "Read a capability's current rules",
+                security=KEY + SESSION,
+                params=[capability],
+                responses={"200": _json(schemas.RuleSetOut, "the current version"), **_errors(401, 403, 404)},
+            ),
+            "put": _op(
+                "Save the rules as a new version (admins), answered with their backtest",
+                security=KEY + SESSION,
+                params=[capability],
+                body=schemas.RulesIn,
+                responses={
+                    "200": _json(schemas.RuleSetSavedOut, "the new version"),
+                    **_errors(400, 401, 403, 404, 413, 422),
+                },
+            ),
+        },
+        "/v0/capabilities/{name}/backtest": {
+            "post": _op(
+                "Replay rules or a grant's expression over the last 90 days of human decisions",
+                security=KEY + SESSION,
+                params=[capability],
+                body=schemas.BacktestIn,
+                responses={"200": _json(schemas.BacktestOut, "the backtest"), **_errors(400, 401, 403, 404, 413, 422)},
+            ),
+        },
+        "/v0/capabilities/{name}/grants": {
+            "get": _op(
+                "List a capability's standing grants with their uses (newest first)",
+                security=KEY + SESSION,
+                params=[capability],
+                responses={"200": _json(schemas.GrantListOut, "the grants"), **_errors(401, 403, 404)},
+            ),
+            "post": _op(
+                "Create a standing grant (approvers of the capability), answered with its backtest",
+                security=KEY + SESSION,
+                params=[capability],
+                body=schemas.GrantIn,
+                responses={
+                    "201": _json(schemas.GrantCreatedOut, "the grant"),
+                    **_errors(400, 401, 403, 404, 413, 422),
+                },
+            ),
+        },
+        "/v0/grants/{grant_id}": {
+            "get": _op(
+                "Read a standing grant",
+                security=KEY + SESSION,
+                params=[grant_id],
+                responses={"200": _json(schemas.GrantOut, "the grant"), **_errors(401, 403, 404)},
+            ),
+        },
+        "/v0/grants/{grant_id}/revoke": {
+            "post": _op(
+                "Revoke a standing grant (approvers of its capability, or admins)",
+                security=KEY + SESSION,
+                params=[grant_id],
+                responses={"200": _json(schemas.GrantOut, "the revoked grant"), **_errors(401, 403, 404)},
             ),
         },
         "/v0/invocations/{invocation_id}/retry": {

@@ -285,6 +285,38 @@ def may_manage_team(actor: Actor) -> Forbidden | None:
     return may_administer(actor, "manage people, service accounts and approvers")
 
 
+# --- rules and standing grants (issue 33) -------------------------------------------------------
+
+
+def may_edit_rules(actor: Actor) -> Forbidden | None:
+    """Rules decide for everyone: admins save them; the system's sync_capabilities too (agentos.yaml)."""
+    if actor.kind == ActorKind.SYSTEM:
+        return None
+    if actor.kind in (ActorKind.USER, ActorKind.ACCOUNT) and actor.is_admin:
+        return None
+    return Forbidden("only an admin may change a capability's rules")
+
+
+def may_create_grant(actor: Actor, capability: Capability, hold: Hold | None = None) -> Forbidden | None:
+    """A grant approves in its author's stead, so never wider than what they may decide: an approver of
+    the capability (and a decider of the hold it comes from), on a capability that allows
+    self-approval (a grant cannot tell at the ask whether its author started the run)."""
+    if not approves(actor, capability):
+        return Forbidden(f"your role may not approve holds of {capability.name}, so it may not grant approvals")
+    if not capability.self_approval:
+        return Forbidden(f"{capability.name} forbids self-approval, so it takes no standing grants")
+    if hold is not None and not _is_decider(actor, hold):
+        return Forbidden("you may not decide this hold, so you may not grant approvals from it")
+    return None
+
+
+def may_revoke_grant(actor: Actor, capability: Capability) -> Forbidden | None:
+    """Any approver of the capability, or an admin."""
+    if actor.kind in (ActorKind.USER, ActorKind.ACCOUNT) and (actor.is_admin or approves(actor, capability)):
+        return None
+    return Forbidden("only an approver of this capability or an admin may revoke its grants")
+
+
 def require(refusal: Exception | None) -> None:
     """Raises the answer of one of the questions above, when it is a refusal."""
     if refusal is not None:

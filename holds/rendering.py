@@ -16,31 +16,13 @@ from django.conf import settings
 from django.utils.html import escape
 from django.utils.safestring import SafeString, mark_safe
 
-from .markup import ALWAYS_HIDDEN, LAYOUT, is_hidden, mark_of, reveal  # noqa: F401 (used by templates and tests)
+from .markup import ALWAYS_HIDDEN, LAYOUT, is_hidden, mark_of, mixed_scripts, reveal  # noqa: F401 (used by templates and tests)
 
 # --- hidden characters and look-alikes ---------------------------------------------------------
 
 
 def has_hidden(text: str) -> bool:
     return any(is_hidden(ch) for ch in text)
-
-
-def _script(ch: str) -> str | None:
-    if not ch.isalpha():
-        return None
-    name = unicodedata.name(ch, "")
-    for script in ("LATIN", "CYRILLIC", "GREEK"):
-        if name.startswith(script):
-            return script
-    return None
-
-
-def mixed_scripts(text: str) -> list[str]:
-    """The look-alike scripts mixed with Latin in `text` (empty when it is not mixed)."""
-    scripts = {s for s in map(_script, text) if s}
-    if "LATIN" not in scripts:
-        return []
-    return sorted(s.capitalize() for s in scripts - {"LATIN"})
 
 
 def visible(text) -> SafeString:

@@ -36,7 +36,13 @@ INF = math.inf
 TTD_BUCKETS = (60, 300, 900, 1800, 3600, 7200, 14400, 28800, 86400, 172800, 604800, INF)
 # Decision -> delivery of the resume (seconds).
 LATENCY_BUCKETS = (0.5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600, INF)
-TAIL_KINDS = (AuditKind.HOLD_ASKED, AuditKind.HOLD_DECIDED, AuditKind.HOLD_EXPIRED, AuditKind.INVOCATION_ATTEMPT)
+TAIL_KINDS = (
+    AuditKind.HOLD_ASKED,
+    AuditKind.HOLD_DECIDED,
+    AuditKind.HOLD_EXPIRED,
+    AuditKind.INVOCATION_ATTEMPT,
+    AuditKind.HOLD_DECIDED_BY_RULE,
+)
 ACTIONS = tuple(Action.values)
 ATTEMPT_OUTCOMES = tuple(o.value for o in words.ATTEMPT_OUTCOMES)
 # The ops page counts at most this much of the unsealed audit log live. Beat keeps the unsealed part
@@ -109,11 +115,19 @@ def _tally(rows) -> dict[datetime, dict[tuple[str, str], float]]:
             counts["asked", ""] += 1
         elif kind == AuditKind.HOLD_EXPIRED:
             counts["expired", ""] += 1
+        elif kind == AuditKind.HOLD_DECIDED_BY_RULE:
+            # Items a rule or grant decided at the ask, on a hold left pending for the rest.
+            counts["by_rule_items", ""] += len(data.get("actions") or {})
         elif kind == AuditKind.HOLD_DECIDED:
             counts["decided", ""] += 1
             for action in (data.get("actions") or {}).values():
                 counts["action", str(action)] += 1
-            if hold_created is not None:
+            by_rule = data.get("decided_by") or {}
+            if by_rule:
+                # Decided whole at the ask by rules or grants: no time to decision to speak of.
+                counts["by_rule_holds", ""] += 1
+                counts["by_rule_items", ""] += len(by_rule)
+            elif hold_created is not None:
                 seconds = max(0.0, (at - hold_created).total_seconds())
                 counts["ttd", bucket_of(TTD_BUCKETS, seconds)] += 1
                 counts["ttd_sum", ""] += seconds

@@ -427,7 +427,16 @@ class InvalidOut(ErrorOut):
 
 class HoldCreatedOut(BaseModel):
     hold_id: str
-    status: Literal["pending"]
+    # decided: the capability's rules or grants decided every item at the ask (SPEC Round 3).
+    status: Literal["pending", "decided"]
+
+
+class DecidedByOut(BaseModel):
+    """Which rule (and version) or standing grant decided an item at the ask."""
+
+    type: Literal["rule", "grant"]
+    id: str
+    version: int | None = None
 
 
 class ResumeItemOut(BaseModel):
@@ -435,11 +444,12 @@ class ResumeItemOut(BaseModel):
     action: ActionWord
     data: dict[str, Any]
     comment: str | None
+    decided_by: DecidedByOut | None = None
 
 
 class ResumeOut(BaseModel):
     hold_id: str
-    resolved_by: Literal["human", "expired"]
+    resolved_by: Literal["human", "expired", "rule"]
     items: list[ResumeItemOut]
     comment: str | None
 
@@ -452,6 +462,7 @@ class HoldItemOut(BaseModel):
     actions: list[ActionWord] | None = None
     details: str | None = None
     schema_: dict[str, Any] | None = Field(default=None, alias="schema")
+    decided_by: DecidedByOut | None = None
 
 
 class HoldOut(BaseModel):
@@ -663,3 +674,102 @@ class ExperimentBriefOut(BaseModel):
 class ExperimentListOut(BaseModel):
     items: list[ExperimentBriefOut]
     next_cursor: str | None
+
+
+# --- rules and standing grants (documented here; holds/rules.py checks them) -------------------
+
+
+class QuorumThen(BaseModel):
+    quorum: int = Field(ge=1, le=10)
+    from_: list[Literal["admin", "member"]] = Field(alias="from", min_length=1)
+
+
+class RuleIn(BaseModel):
+    id: str = Field(pattern=r"^[A-Za-z0-9_.-]{1,100}$")
+    when: str = Field(min_length=1, max_length=2000, description="CEL over item, run and capability")
+    then: Literal["approve", "reject", "ask"] | QuorumThen = "ask"
+    comment: str | None = Field(default=None, max_length=2000, description="required for reject")
+
+
+class RulesIn(BaseModel):
+    rules: list[RuleIn] = Field(max_length=50)
+
+
+class RuleSetOut(BaseModel):
+    capability: str
+    version: int
+    rules: list[RuleIn]
+    saved_by: str | None
+    saved_at: str | None
+
+
+class BacktestRuleOut(BaseModel):
+    would_decide: int
+    decided_otherwise: int
+    errors: int
+    error: str | None
+
+
+class BacktestDifferenceOut(BaseModel):
+    hold_id: str
+    item_id: str
+    title: str
+    person: Action
+    would: Literal["approve", "reject"]
+    by: str
+    url: str
+
+
+class BacktestOut(BaseModel):
+    items: int
+    would_decide: int
+    decided_otherwise: int
+    since: str
+    capped: bool
+    by_rule: dict[str, BacktestRuleOut]
+    differences: list[BacktestDifferenceOut]
+
+
+class RuleSetSavedOut(RuleSetOut):
+    backtest: BacktestOut
+
+
+class BacktestIn(BaseModel):
+    """A rule list, or one grant's expression."""
+
+    rules: list[RuleIn] | None = None
+    when: str | None = None
+
+
+class GrantIn(BaseModel):
+    when: str = Field(min_length=1, max_length=2000)
+    expires_at: str = Field(description="ISO 8601 with offset; at most 90 days away")
+    max_uses: int | None = Field(default=None, ge=1, le=1_000_000)
+    comment: str | None = Field(default=None, max_length=2000)
+    hold_id: str | None = Field(default=None, description="the decided hold it is made from")
+    item_id: str | None = None
+
+
+class GrantOut(BaseModel):
+    grant_id: str
+    capability: str
+    when: str
+    comment: str | None
+    created_by: str
+    created_at: str
+    expires_at: str
+    max_uses: int | None
+    uses: int
+    last_used_at: str | None
+    revoked_at: str | None
+    revoked_by: str | None
+    from_hold_id: str | None
+    from_item_id: str | None
+
+
+class GrantCreatedOut(GrantOut):
+    backtest: BacktestOut | None
+
+
+class GrantListOut(BaseModel):
+    grants: list[GrantOut]

@@ -16,7 +16,7 @@ def hold_full(hold: Hold) -> dict:
     items = list(
         HoldItem.objects.filter(hold=hold)
         .order_by("position")
-        .values("item_id", "title", "data", "confidence", "actions", "details", "schema")
+        .values("item_id", "title", "data", "confidence", "actions", "details", "schema", "decided_by")
     )
     resume = Invocation.objects.filter(hold=hold, kind=Invocation.Kind.RESUME).values_list("resume", flat=True).first()
     return {
@@ -48,6 +48,8 @@ def item_wire(values: dict) -> dict:
         out["details"] = values["details"]
     if values.get("schema") is not None:
         out["schema"] = values["schema"]
+    if values.get("decided_by"):
+        out["decided_by"] = values["decided_by"]
     return out
 
 

@@ -1,7 +1,7 @@
 from django.contrib.auth import views as auth_views
 from django.urls import path
 
-from .web import calibration, claims, confidence, evals, extend, hold, login, queue
+from .web import calibration, claims, confidence, evals, extend, grants, hold, login, queue, rules
 
 urlpatterns = [
     path("login/", login.login, name="login"),
@@ -15,6 +15,9 @@ urlpatterns = [
     path("holds/<str:hold_id>/presence", claims.hold_presence, name="hold-presence"),
     path("holds/<str:hold_id>/claim", claims.hold_claim, name="hold-claim"),
     path("holds/<str:hold_id>/by-confidence", confidence.by_confidence_preview, name="hold-by-confidence"),
+    path("holds/<str:hold_id>/grant", grants.grant_new, name="grant-new"),
+    path("capabilities/<str:name>/rules", rules.capability_rules, name="capability-rules"),
+    path("capabilities/<str:name>/grants/<str:grant_id>/revoke", rules.grant_revoke, name="capability-grant-revoke"),
     path("calibration", calibration.calibration_page, name="calibration"),
     path("calibration.csv", calibration.calibration_csv, name="calibration-csv"),
     path("files/<str:file_id>", hold.file_download, name="file"),

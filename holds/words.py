@@ -55,6 +55,11 @@ class AuditKind(models.TextChoices):
     DATASET_ITEM_DELETED = "dataset.item_deleted", "dataset item deleted"
     EXPERIMENT_STARTED = "experiment.started", "experiment started"
     EXPERIMENT_FINISHED = "experiment.finished", "experiment finished"
+    RULES_SAVED = "rules.saved", "rules saved"
+    GRANT_CREATED = "grant.created", "grant created"
+    GRANT_REVOKED = "grant.revoked", "grant revoked"
+    GRANT_USED = "grant.used", "grant used"
+    HOLD_DECIDED_BY_RULE = "hold.decided_by_rule", "items decided by rule"
 
 
 class OutcomeKind(StrEnum):

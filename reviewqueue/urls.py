@@ -3,7 +3,7 @@ from django.contrib import admin
 from django.urls import include, path
 
 from holds import openapi
-from holds.api import agent, evals
+from holds.api import agent, evals, rules
 from holds.web import login
 
 v0 = [
@@ -24,6 +24,11 @@ v0 = [
     path("datasets/<str:dataset_id>/items/<str:item_id>", evals.dataset_item, name="api-dataset-item"),
     path("experiments", evals.experiments_list, name="api-experiments"),
     path("experiments/<str:experiment_id>", evals.experiment_detail, name="api-experiment"),
+    path("capabilities/<str:name>/rules", rules.capability_rules, name="api-capability-rules"),
+    path("capabilities/<str:name>/backtest", rules.capability_backtest, name="api-capability-backtest"),
+    path("capabilities/<str:name>/grants", rules.capability_grants, name="api-capability-grants"),
+    path("grants/<str:grant_id>", rules.grant_detail, name="api-grant"),
+    path("grants/<str:grant_id>/revoke", rules.grant_revoke, name="api-grant-revoke"),
     path("openapi.json", openapi.openapi_json, name="api-openapi"),
     path("docs", openapi.docs, name="api-docs"),
 ]

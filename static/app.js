@@ -154,6 +154,12 @@
       case "a":
         if (click("approve-all")) event.preventDefault();
         return;
+      case "g":
+        // "Approve and remember…" of the focused item, else of the first approved item.
+        var remember = (document.activeElement && document.activeElement.closest &&
+          document.activeElement.closest("[data-item]") || document).querySelector("[data-remember]");
+        if (remember) { event.preventDefault(); remember.click(); }
+        return;
       case "e":
         if (choose("edit")) event.preventDefault();
         return;

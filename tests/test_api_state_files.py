@@ -67,6 +67,27 @@ def test_it_uploads_a_file_with_its_sha256(client, two_runs):
     assert RunFile.objects.get().sha256 == hashlib.sha256(b"%PDF-1.4 hello").hexdigest()
 
 
+def test_an_upload_repeated_with_its_idempotency_key_is_the_first_file(client, two_runs):
+    (run, token), (other_run, other_token) = two_runs
+
+    def send(key, content=b"%PDF-1.4 hello", tok=token):
+        return client.post(
+            "/v0/files",
+            data=content,
+            content_type="application/pdf",
+            headers={"x-agentos-run-token": tok, "x-filename": "invoice.pdf", "idempotency-key": key},
+        )
+
+    first, again = send("r:invoice"), send("r:invoice")
+    assert first.status_code == again.status_code == 201
+    assert first.json() == again.json()
+    assert RunFile.objects.filter(run=run).count() == 1
+    refused = send("r:invoice", content=b"%PDF-1.4 other")
+    assert refused.status_code == 422 and refused.json()["error"] == "idempotency_mismatch"
+    assert send("r:invoice", tok=other_token).json()["file_id"] != first.json()["file_id"]  # keys are per run
+    assert send("x" * 201).status_code == 422
+
+
 def test_it_refuses_files_over_25_mib_and_bad_names(client, two_runs):
     (run, token), _ = two_runs
     assert upload(client, token, content=b"x" * (25 * MIB + 1)).status_code == 413

@@ -221,6 +221,9 @@ def files(request):
     errors = []
     if not name or len(name) > 255 or "/" in name or "\\" in name or "\x00" in name:
         errors.append({"field": "x-filename", "message": "a file name of 1-255 characters without slashes"})
+    idempotency_key = request.headers.get("idempotency-key") or ""
+    if len(idempotency_key) > MAX_IDEMPOTENCY_KEY:
+        errors.append({"field": "Idempotency-Key", "message": f"at most {MAX_IDEMPOTENCY_KEY} characters"})
     upload = TemporaryUploadedFile(name="upload", content_type=content_type, size=0, charset=None)
     try:
         size, sha256 = stream_body(request, MAX_FILE_BYTES, into=None if errors else upload)
@@ -231,7 +234,14 @@ def files(request):
         upload.size = size
         upload.seek(0)
         run_file = services.run_file_add(
-            run=actor.run, name=name, content_type=content_type, content=upload, size=size, sha256=sha256, actor=actor
+            run=actor.run,
+            name=name,
+            content_type=content_type,
+            content=upload,
+            size=size,
+            sha256=sha256,
+            actor=actor,
+            idempotency_key=idempotency_key,
         )
     finally:
         upload.close()  # deletes the temporary file unless storage moved it into place

@@ -45,6 +45,13 @@ from .evals import (
 )
 from .expiry import Expired, due_holds, holds_expire_batch, holds_expire_due
 from .extend import hold_extend
+from .rules import (
+    MAX_GRANT_DAYS,
+    current_rule_set,
+    grant_create,
+    grant_revoke,
+    rules_save,
+)
 from .runs import experiments_finish, run_fail, run_file_add, run_start, run_state_delete, run_state_put
 from .team import (
     DEFAULTS,
@@ -59,6 +66,11 @@ from .team import (
 )
 
 __all__ = [
+    "MAX_GRANT_DAYS",
+    "current_rule_set",
+    "grant_create",
+    "grant_revoke",
+    "rules_save",
     "CLAIM_FOR",
     "RENEW_EVERY",
     "DEFAULTS",

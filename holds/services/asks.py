@@ -16,6 +16,7 @@ from ..models import AuditEvent, AuditKind, Hold, HoldItem, Invocation, Run, Run
 from ..schemas import canonical_json, validate_ask
 from . import sql
 from .evals import eval_ask_refusal_for_invocation
+from .rules import decide_at_ask
 from .transactions import insert_values
 
 OPTIONAL_ITEM_PARTS = ("actions", "details", "schema")
@@ -179,11 +180,21 @@ def _insert_ask(hold: Hold, items: list[dict], event: AuditEvent, *, run: Run | 
         (found,) = prepared.send([(statement, params)])
     if not found:
         return False
-    hold.pk, hold.run_id, hold.capability_id = found[0]
+    hold.pk, hold.run_id, hold.capability_id, rules_version, grants_version, capability_name, run_input = found[0]
     head, tail = search_parts(hold, items)
     hold.search_text = head + public_id(RUN, hold.run_id) + tail
     hold._state.adding = False
     event.hold_id_ref, event.run_id_ref, event.actor = hold.pk, hold.run_id, f"run {public_id(RUN, hold.run_id)}"
+    if rules_version or grants_version:
+        # Written pending and decided by rule in the next moment, before the agent hears of it: whoever
+        # could see it in between (a person on the queue) is refused by the conditional writes there.
+        decide_at_ask(
+            hold,
+            items,
+            versions=(rules_version, grants_version),
+            capability_name=capability_name,
+            run_input=Run._meta.get_field("input").from_db_value(run_input, None, connection),
+        )
     return True
 
 

@@ -1,5 +1,7 @@
 """Decisions: a person or service account decides a hold, once; the resume goes with it."""
 
+import json
+
 from django.db import connection
 from django.utils import timezone
 
@@ -29,10 +31,12 @@ def _hold_to_decide(hold_id: int) -> tuple[Hold | None, list[HoldItem]]:
 
 
 def asked_items(hold: Hold, items: list[HoldItem]) -> dict[str, Asked]:
-    """What a decision is checked against, item by item (the form runs the same check)."""
+    """What a decision is checked against, item by item (the form runs the same check): the items still
+    open, since those a rule or grant decided at the ask are not people's to decide."""
     return {
         item.item_id: Asked(data=item.data, actions=item.effective_actions(hold.actions), schema=item.schema)
         for item in items
+        if not item.decided_by
     }
 
 
@@ -59,19 +63,22 @@ def hold_decide(
     by_id = {d.id: d for d in decision.items}
     resume_items = []
     for item in items:
-        choice = by_id[item.item_id]
-        item.action = choice.action
-        item.decided_data = choice.data if choice.action == Action.EDIT else None
-        own = blank_to_none(choice.comment)
-        item.comment = own if own is not None else (comment if choice.action != Action.APPROVE else None)
-        resume_items.append(
-            {
-                "id": item.item_id,
-                "action": item.action,
-                "data": item.decided_data if item.action == Action.EDIT else item.data,
-                "comment": item.comment,
-            }
-        )
+        choice = by_id.get(item.item_id)
+        if choice is not None:
+            item.action = choice.action
+            item.decided_data = choice.data if choice.action == Action.EDIT else None
+            own = blank_to_none(choice.comment)
+            item.comment = own if own is not None else (comment if choice.action != Action.APPROVE else None)
+        # else: a rule or grant decided it at the ask; the resume carries every item.
+        resume_item = {
+            "id": item.item_id,
+            "action": item.action,
+            "data": item.decided_data if item.action == Action.EDIT else item.data,
+            "comment": item.comment,
+        }
+        if item.decided_by:
+            resume_item["decided_by"] = item.decided_by
+        resume_items.append(resume_item)
     resume = {"hold_id": hold.public_id, "resolved_by": "human", "items": resume_items, "comment": comment}
     event = AuditEvent(
         kind=AuditKind.HOLD_DECIDED,
@@ -92,7 +99,7 @@ def hold_decide(
         "decided_by_account_id": actor.account.pk if actor.kind == ActorKind.ACCOUNT else None,
         "comment": comment,
     }
-    resume_invocation = _write_decision(hold, items, stamp, resume, event)
+    resume_invocation = write_decision(hold, items, stamp, resume, event)
     if resume_invocation is None:
         # Another decider or the sweep got there first, or the clock passed expires_at.
         fresh = Hold.objects.get(pk=hold.pk)
@@ -107,7 +114,7 @@ def hold_decide(
     return hold
 
 
-def _write_decision(
+def write_decision(
     hold: Hold, items: list[HoldItem], stamp: dict, resume: dict, event: AuditEvent
 ) -> Invocation | None:
     """Takes the hold for this decision and writes everything it decides, in one transaction of one
@@ -129,6 +136,7 @@ def _write_decision(
         "actions": [item.action for item in items],
         "decided_data": [decided.get_prep_value(item.decided_data) for item in items],
         "comments": [item.comment for item in items],
+        "item_decided_by": [json.dumps(item.decided_by) if item.decided_by else None for item in items],
         "asker": hold.invocation_id,
         "now": timezone.now(),
     }

@@ -187,16 +187,33 @@ def run_state_delete(*, run: Run, key: str, actor: Actor) -> bool:
     return deleted > 0
 
 
-def run_file_add(*, run: Run, name: str, content_type: str, content, size: int, sha256: str, actor: Actor) -> RunFile:
-    """Stores one file of a run's environment, within the run's quotas (files, and bytes of all files)."""
+def run_file_add(
+    *, run: Run, name: str, content_type: str, content, size: int, sha256: str, actor: Actor, idempotency_key: str = ""
+) -> RunFile:
+    """Stores one file of a run's environment, within the run's quotas (files, and bytes of all files).
+
+    With an idempotency key, a repeat of the same upload (a retry after a lost answer) returns the
+    first file; the same key with another name, type or content is refused."""
     with transaction.atomic():
         _lock_run(run)
+        if idempotency_key:
+            first = RunFile.objects.filter(run=run, idempotency_key=idempotency_key).first()
+            if first is not None:
+                if (first.name, first.content_type, first.sha256) != (name, content_type, sha256):
+                    raise Invalid(
+                        [{"field": "Idempotency-Key", "message": "this key was used with another file"}],
+                        "the Idempotency-Key was already used with another file",
+                        code="idempotency_mismatch",
+                    )
+                return first
         used = RunFile.objects.filter(run=run).aggregate(files=Count("pk"), size=Sum("size"))
         if used["files"] + 1 > settings.RQ_RUN_MAX_FILES:
             raise QuotaExceeded("files", settings.RQ_RUN_MAX_FILES)
         if (used["size"] or 0) + size > settings.RQ_RUN_MAX_FILE_BYTES:
             raise QuotaExceeded("file_bytes", settings.RQ_RUN_MAX_FILE_BYTES)
-        run_file = RunFile(run=run, name=name, content_type=content_type, size=size, sha256=sha256)
+        run_file = RunFile(
+            run=run, name=name, content_type=content_type, size=size, sha256=sha256, idempotency_key=idempotency_key
+        )
         run_file.file.save(name, content, save=False)
         run_file.save()
         audit(

@@ -121,7 +121,12 @@ def ask(hold_columns: tuple[str, ...], event_columns: tuple[str, ...], *, by_tok
         f" a AS (INSERT INTO holds_auditevent (hold_id_ref, run_id_ref, actor, {', '.join(event_columns)})"
         f" SELECT h.id, h.run_id, 'run r_' || h.run_id, {', '.join(['%s'] * len(event_columns))} FROM h),"
         " p AS (INSERT INTO holds_pendingcount (capability_id, delta) SELECT h.capability_id, 1 FROM h)"
-        " SELECT id, run_id, capability_id FROM h"
+        # What rules and grants need (services/rules.py), read with the hold: the capability's versions,
+        # and its name and the run's input only when it has rules or grants.
+        " SELECT h.id, h.run_id, h.capability_id, c.rules_version, c.grants_version,"
+        " CASE WHEN c.rules_version + c.grants_version > 0 THEN c.name END,"
+        " CASE WHEN c.rules_version + c.grants_version > 0 THEN r.input END"
+        " FROM h JOIN holds_capability c ON c.id = h.capability_id JOIN holds_run r ON r.id = h.run_id"
     )
 
 
@@ -169,8 +174,9 @@ def write_decision(invocation_columns: tuple[str, ...], event_columns: tuple[str
         f" AND NOT EXISTS (SELECT 1 FROM holds_invocation x WHERE x.hold_id = h.id AND x.kind = {RESUME})),"
         " p AS (INSERT INTO holds_pendingcount (capability_id, delta) SELECT %(capability)s, -1 FROM won),"
         " t AS (UPDATE holds_holditem AS t SET action = v.action, decided_data = v.decided_data,"
-        " comment = v.comment FROM won, unnest(%(item_ids)s::bigint[], %(actions)s::text[], %(decided_data)s::text[],"
-        " %(comments)s::text[]) AS v(id, action, decided_data, comment) WHERE t.id = v.id),"
+        " comment = v.comment, decided_by = v.decided_by::jsonb FROM won, unnest(%(item_ids)s::bigint[],"
+        " %(actions)s::text[], %(decided_data)s::text[], %(comments)s::text[], %(item_decided_by)s::text[])"
+        " AS v(id, action, decided_data, comment, decided_by) WHERE t.id = v.id),"
         " asker AS (SELECT x.seq, x.status FROM holds_invocation x, won WHERE x.id = %(asker)s),"
         f" r AS (INSERT INTO holds_invocation ({', '.join(invocation_columns)}, seq, status, next_attempt_at)"
         f" SELECT {', '.join(f'%(r{n})s' for n in range(len(invocation_columns)))}, asker.seq + 1, w.status,"

@@ -12,6 +12,7 @@ from ..models import AuditKind, Capability, Membership, Role, ServiceAccount
 from ..policy import may_manage_team, require
 from ..words import ActorKind
 from .audit import audit
+from .rules import current_rule_set, rules_save
 
 # What a capability gets for each key that agentos.yaml leaves out.
 DEFAULTS = {
@@ -38,6 +39,7 @@ def capabilities_sync(*, specs, actor: Actor) -> list[tuple[str, bool, str | Non
     with transaction.atomic():
         for spec in specs:
             values = {**DEFAULTS, **spec.values}
+            rules = values.pop("rules", None)
             capability = Capability.objects.select_for_update().filter(name=spec.name).first()
             created = capability is None
             generated = None
@@ -53,6 +55,10 @@ def capabilities_sync(*, specs, actor: Actor) -> list[tuple[str, bool, str | Non
             changed = sorted(k for k in values if k != "secret" and before.get(k) != values[k]) if before else []
             if created or changed:
                 audit(AuditKind.CAPABILITY_SYNCED, actor, capability=spec.name, created=created, changed=changed)
+            if rules is not None:
+                current = current_rule_set(capability)
+                if current is None or current.rules != rules:
+                    rules_save(capability=capability, rules=rules, actor=actor)
             results.append((spec.name, created, generated))
     return results
 

@@ -29,6 +29,7 @@ from ..models import Capability, Hold, HoldItem, RunFile
 from ..policy import (
     decide_refusal,
     is_open,
+    may_create_grant,
     may_decide,
     may_read_file,
     sees_presence,
@@ -142,6 +143,8 @@ def _hold_context(request, hold: Hold, actor: Actor, form: DecisionForm | None =
         "is_open": open_,
         "may_decide": decider,
         "can_decide": decider and open_,
+        # "Approve and remember…" (services.grant_create asks the same question again).
+        "grantable": hold.status == Hold.Status.DECIDED and may_create_grant(actor, hold.capability, hold) is None,
         "overdue": hold.status == Hold.Status.PENDING and not open_,
         "actions": [(a, Action(a).label) for a in form.actions],
         "role": actor.role,

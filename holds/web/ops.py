@@ -174,6 +174,10 @@ def _summary(counts: dict) -> dict:
         "p90_text": rendering.span(p90),
         "expired_share": share,
         "share_text": "—" if share is None else f"{share:.1%}".replace(".0%", "%"),
+        # Decided at the ask by rules or standing grants: whole holds, and items (also on holds left
+        # pending for the rest).
+        "by_rule_holds": int(counts.get(("by_rule_holds", ""), 0)),
+        "by_rule_items": int(counts.get(("by_rule_items", ""), 0)),
     }
 
 

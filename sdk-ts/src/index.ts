@@ -2,10 +2,29 @@
 
 import { Webhook } from "standardwebhooks";
 
-export { ApiError, AskInvalid, AskedForHuman, Suspend } from "./errors.js";
+export {
+  APIConnectionError,
+  APITimeoutError,
+  AgentOSError,
+  ApiError,
+  AskInvalid,
+  AskedForHuman,
+  AuthenticationError,
+  BadRequest,
+  ConflictError,
+  NotFound,
+  PayloadTooLarge,
+  PermissionDenied,
+  RateLimited,
+  ServerError,
+  Suspend,
+  UnprocessableEntity,
+} from "./errors.js";
 export {
   Files,
   Invocation,
+  backoffMs,
+  type ApiOptions,
   RunState,
   type AskItem,
   type AskRequest,
@@ -14,6 +33,8 @@ export {
 } from "./invocation.js";
 export { Resume, type Action, type DecidedItem, type JsonObject, type ResumePayload } from "./resume.js";
 export { Server, runHandler, serve, type Answer, type Handler, type ServeOptions } from "./server.js";
+/** The service's wire types, generated from its OpenAPI document (scripts/wire-types.mjs). */
+export type { components, paths } from "./wire.js";
 
 /** Standard Webhooks headers for one delivery of `body` (tests and tools that play the service). */
 export function sign(secret: string, id: string, body: string, timestamp: Date = new Date()): Record<string, string> {

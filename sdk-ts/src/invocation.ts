@@ -1,11 +1,12 @@
 /** One call of the agent for a run, and the API calls it may make with its run token. */
 
-import { createHash } from "node:crypto";
+import { createHash, randomBytes } from "node:crypto";
 import { readFile } from "node:fs/promises";
 import { basename, extname } from "node:path";
 
-import { ApiError, AskInvalid, AskedForHuman, Suspend } from "./errors.js";
+import { APIConnectionError, APITimeoutError, ApiError, AskedForHuman, Suspend, apiError } from "./errors.js";
 import { Resume, type Action, type JsonObject, type ResumePayload } from "./resume.js";
+import type { components } from "./wire.js";
 
 export const TOKEN_HEADER = "x-agentos-run-token";
 
@@ -37,17 +38,8 @@ export interface Eval {
   recordedHolds: { ask: JsonObject; resume: Resume | null }[];
 }
 
-export interface AskItem {
-  id: string;
-  title: string;
-  data: JsonObject;
-  /** Maps keys of `data` to numbers in [0, 1]. */
-  confidence?: Record<string, number>;
-  /** Per-item fields (SPEC "Per-item actions, details and schema"); only a service that accepts them. */
-  actions?: Action[];
-  details?: string;
-  schema?: JsonObject;
-}
+/** One item of an ask, as the service's ItemIn (generated from its OpenAPI document, src/wire.ts). */
+export type AskItem = components["schemas"]["ItemIn"];
 
 export interface AskRequest {
   intent: string;
@@ -62,15 +54,37 @@ export interface AskRequest {
   suspend?: boolean;
 }
 
-class Api {
+/** How the run token's client retries; explicit options win over the defaults. */
+export interface ApiOptions {
+  /** Per attempt, in milliseconds (default 30 000). */
+  timeoutMs?: number;
+  /** Retries after the first attempt (default 3). */
+  maxRetries?: number;
+  /** Waits between attempts (tests replace it). */
+  sleep?: (ms: number) => Promise<void>;
+}
+
+const MAX_WAIT_MS = 60_000;
+
+/**
+ * The run token's HTTP client. Every call it makes is safe to repeat (state is put and deleted by key,
+ * an ask repeated gets `409 hold_open` with the same hold, uploads and child runs carry an
+ * Idempotency-Key), so connection errors, timeouts, 5xx and 429 are retried with backoff, waiting as
+ * long as a Retry-After says. One X-Request-ID goes with every attempt of a call.
+ */
+export class Api {
   readonly base: string;
   private readonly token: string;
   private readonly timeoutMs: number;
+  private readonly maxRetries: number;
+  private readonly sleep: (ms: number) => Promise<void>;
 
-  constructor(apiUrl: string, token: string, timeoutMs = 30_000) {
+  constructor(apiUrl: string, token: string, options: ApiOptions = {}) {
     this.base = apiUrl.replace(/\/+$/, "");
     this.token = token;
-    this.timeoutMs = timeoutMs;
+    this.timeoutMs = options.timeoutMs ?? 30_000;
+    this.maxRetries = options.maxRetries ?? 3;
+    this.sleep = options.sleep ?? ((ms) => new Promise((r) => setTimeout(r, ms)));
   }
 
   async request(
@@ -79,27 +93,45 @@ class Api {
     init: { body?: string | Uint8Array; headers?: Record<string, string>; expect?: number[] } = {},
   ): Promise<{ status: number; body: unknown }> {
     const url = this.base + path;
-    const resp = await fetch(url, {
-      method,
-      body: init.body,
-      headers: { [TOKEN_HEADER]: this.token, ...init.headers },
-      signal: AbortSignal.timeout(this.timeoutMs),
-    });
-    const text = await resp.text();
-    let body: unknown = null;
-    if (text) {
-      try {
-        body = JSON.parse(text);
-      } catch {
-        body = { message: text };
-      }
-    }
+    const requestId = "agentos-" + randomBytes(12).toString("hex");
     const expect = init.expect ?? [200, 201, 204];
-    if (!expect.includes(resp.status)) {
-      const invalid = resp.status === 422 && (body as { error?: string } | null)?.error === "invalid";
-      throw invalid ? new AskInvalid(resp.status, body, method, url) : new ApiError(resp.status, body, method, url);
+    for (let attempt = 0; ; attempt++) {
+      const last = attempt >= this.maxRetries;
+      let resp: Response;
+      let text: string;
+      try {
+        resp = await fetch(url, {
+          method,
+          body: init.body,
+          headers: { [TOKEN_HEADER]: this.token, "x-request-id": requestId, ...init.headers },
+          signal: AbortSignal.timeout(this.timeoutMs),
+        });
+        text = await resp.text();
+      } catch (err) {
+        if (!last) {
+          await this.sleep(backoffMs(attempt, null));
+          continue;
+        }
+        const timedOut = err instanceof Error && (err.name === "TimeoutError" || err.name === "AbortError");
+        const cause = err instanceof Error && err.cause instanceof Error ? `: ${err.cause.message}` : "";
+        throw timedOut
+          ? new APITimeoutError(`${method} ${url}: no answer in ${this.timeoutMs} ms`, requestId, { cause: err })
+          : new APIConnectionError(`${method} ${url}: ${String(err)}${cause}`, requestId, { cause: err });
+      }
+      let body: unknown = null;
+      if (text) {
+        try {
+          body = JSON.parse(text);
+        } catch {
+          body = { message: text };
+        }
+      }
+      if (expect.includes(resp.status)) return { status: resp.status, body };
+      if (last || !(resp.status === 429 || resp.status >= 500)) {
+        throw apiError(resp.status, body, method, url, resp.headers.get("x-request-id"));
+      }
+      await this.sleep(backoffMs(attempt, resp.headers.get("retry-after")));
     }
-    return { status: resp.status, body };
   }
 
   json(method: string, path: string, value: unknown, extra: { headers?: Record<string, string>; expect?: number[] } = {}) {
@@ -109,6 +141,18 @@ class Api {
       expect: extra.expect,
     });
   }
+}
+
+/**
+ * Milliseconds before the next attempt: what Retry-After says (seconds or an HTTP date, at most a
+ * minute), else 500, 1000, 2000 … (at most 8000) with jitter, so that agents retrying at once spread out.
+ */
+export function backoffMs(attempt: number, retryAfter: string | null): number {
+  if (retryAfter) {
+    const seconds = /^\s*\d+(\.\d+)?\s*$/.test(retryAfter) ? Number(retryAfter) : (Date.parse(retryAfter) - Date.now()) / 1000;
+    if (Number.isFinite(seconds)) return Math.min(Math.max(seconds * 1000, 0), MAX_WAIT_MS);
+  }
+  return Math.min(500 * 2 ** attempt, 8000) * (0.5 + Math.random() / 2);
 }
 
 /** The run's small key/value store; it survives between the invocations of one run. */
@@ -166,7 +210,14 @@ export class Files {
   }
 
   /** Upload a file of the run's environment and return its file id (for `ask({files})`). */
-  async upload(pathOrBytes: string | Uint8Array, opts: { name?: string; contentType?: string } = {}): Promise<string> {
+  /**
+   * The upload carries an Idempotency-Key (by default one made of the name, type and content), so a
+   * retry after a lost answer, or the same upload in a later invocation of the run, gets the first file.
+   */
+  async upload(
+    pathOrBytes: string | Uint8Array,
+    opts: { name?: string; contentType?: string; idempotencyKey?: string } = {},
+  ): Promise<string> {
     let data: Uint8Array;
     let name = opts.name;
     if (typeof pathOrBytes === "string") {
@@ -181,7 +232,11 @@ export class Files {
     const ascii = /^[\x20-\x7e]*$/.test(name);
     const { body } = await this.api.request("POST", "/v0/files", {
       body: data,
-      headers: { "content-type": contentType, "x-filename": ascii ? name : encodeURIComponent(name) },
+      headers: {
+        "content-type": contentType,
+        "x-filename": ascii ? name : encodeURIComponent(name),
+        "idempotency-key": opts.idempotencyKey ?? "file:" + createHash("sha256").update(JSON.stringify([name, contentType]) + "\0").update(data).digest("hex"),
+      },
     });
     return (body as { file_id: string }).file_id;
   }
@@ -210,7 +265,7 @@ export class Invocation {
   askedInEval = false;
   private readonly api: Api;
 
-  constructor(invocation: InvocationPayload, resume: ResumePayload | null = null) {
+  constructor(invocation: InvocationPayload, resume: ResumePayload | null = null, apiOptions: ApiOptions = {}) {
     for (const key of ["id", "run_id", "capability"] as const) {
       if (typeof invocation[key] !== "string") throw new TypeError(`invocation.${key} is missing`);
     }
@@ -235,7 +290,7 @@ export class Invocation {
           })),
         }
       : null;
-    this.api = new Api(this.apiUrl, this.runToken);
+    this.api = new Api(this.apiUrl, this.runToken, apiOptions);
     this.state = { run: new RunState(this.api, this.runId) };
     this.files = new Files(this.api);
   }
@@ -249,7 +304,7 @@ export class Invocation {
   ask(request: AskRequest & { suspend: false }): Promise<string>;
   ask(request: AskRequest): Promise<string>;
   async ask(request: AskRequest): Promise<string> {
-    const body: JsonObject = { intent: request.intent, items: request.items };
+    const body: components["schemas"]["AskIn"] = { intent: request.intent, items: request.items };
     if (request.actions !== undefined) body.actions = request.actions;
     if (request.details !== undefined) body.details = request.details;
     if (request.expiresIn !== undefined) body.expires_in = request.expiresIn;

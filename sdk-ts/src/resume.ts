@@ -1,8 +1,16 @@
 /** The decision a resume invocation carries. */
 
-export type Action = "approve" | "edit" | "reject" | "feedback";
+import type { components } from "./wire.js";
+
+type Wire = components["schemas"];
+
+/** The service's decisions (generated from its OpenAPI document, src/wire.ts). */
+export type Action = Wire["DecisionItemIn"]["action"];
 
 export type JsonObject = { [key: string]: unknown };
+
+/** Which rule (with its version) or standing grant decided an item at the ask; null when a person did. */
+export type DecidedBy = Wire["DecidedByOut"];
 
 export interface DecidedItem {
   id: string;
@@ -11,13 +19,19 @@ export interface DecidedItem {
   data: JsonObject;
   /** The item's comment; the reviewer's one comment is already copied onto edit, reject and feedback. */
   comment: string | null;
+  decidedBy: DecidedBy | null;
 }
 
-export type ResumePayload = {
-  hold_id?: string;
-  resolved_by?: string;
-  items?: { id: string; action: Action; data?: JsonObject | null; comment?: string | null }[] | null;
-  comment?: string | null;
+/** The service's ResumeOut (src/wire.ts), read leniently: a recorded or hand-made resume may leave fields out. */
+export type ResumePayload = Partial<Omit<Wire["ResumeOut"], "items" | "resolved_by">> & {
+  resolved_by?: Wire["ResumeOut"]["resolved_by"] | string;
+  items?:
+    | (Pick<Wire["ResumeItemOut"], "id" | "action"> & {
+        data?: JsonObject | null;
+        comment?: string | null;
+        decided_by?: DecidedBy | null;
+      })[]
+    | null;
 };
 
 export class Resume {
@@ -39,6 +53,7 @@ export class Resume {
       action: i.action,
       data: i.data ?? {},
       comment: i.comment || null,
+      decidedBy: i.decided_by ?? null,
     }));
     return new Resume(payload.hold_id ?? "", payload.resolved_by ?? "", items, payload.comment || null);
   }

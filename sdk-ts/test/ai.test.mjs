@@ -11,7 +11,7 @@ import { asSchema, stepCountIs, tool } from "ai";
 import { MockLanguageModelV4 } from "ai/test";
 import { z } from "zod";
 
-import { ROOT, freePort, newSecret, startAgent, startService } from "./harness.mjs";
+import { ROOT, freePort, newSecret, startAgent, startService, waitFor } from "./harness.mjs";
 
 const usage = {
   inputTokens: { total: 1, noCache: 1, cacheRead: 0, cacheWrite: 0 },
@@ -65,6 +65,45 @@ const handlers = {
     },
   }),
 };
+
+// One city at a time: the model asks for Berlin, then Paris, then answers with every result it can see
+// in its prompt. A prompt that lost a call or its result makes the SDK fail ("Tool result is missing")
+// or the model ask for that city again.
+const weatherRuns = [];
+function weatherModel() {
+  return new MockLanguageModelV4({
+    doGenerate: async ({ prompt }) => {
+      const results = prompt.filter((m) => m.role === "tool").flatMap((m) => m.content).filter((p) => p.type === "tool-result");
+      const next = ["Berlin", "Paris"].find((city) => !results.some((r) => r.toolCallId === `call_${city}`));
+      if (next) {
+        return {
+          content: [{ type: "tool-call", toolCallId: `call_${next}`, toolName: "weather", input: JSON.stringify({ city: next }) }],
+          finishReason: { unified: "tool-calls", raw: "tool_calls" },
+          usage,
+          warnings: [],
+        };
+      }
+      const text = results.map((r) => `${r.toolCallId} ${JSON.stringify(r.output)}`).join("\n");
+      return { content: [{ type: "text", text }], finishReason: { unified: "stop", raw: "stop" }, usage, warnings: [] };
+    },
+  });
+}
+const weatherTool = tool({
+  inputSchema: z.object({ city: z.string() }),
+  execute: async ({ city }) => (weatherRuns.push(city), `${city}: sunny`),
+});
+handlers.ai_two_pauses = aiSdkAgent({
+  settings: { model: weatherModel(), tools: { weather: weatherTool }, toolApproval: { weather: "user-approval" }, stopWhen: stepCountIs(6) },
+});
+handlers.ai_auto_then_person = aiSdkAgent({
+  settings: {
+    model: weatherModel(),
+    tools: { weather: weatherTool },
+    toolApproval: { weather: ({ city }) => (city === "Berlin" ? "approved" : "user-approval") },
+    stopWhen: stepCountIs(6),
+  },
+});
+const WEATHER = 'call_Berlin {"type":"text","value":"Berlin: sunny"}\ncall_Paris {"type":"text","value":"Paris: sunny"}';
 
 // Two servers with the same adapter stand for an agent process before and after a restart.
 const lostRuns = [];
@@ -220,6 +259,32 @@ describe("aiSdkAgent", () => {
     assert.deepEqual(lostDeliveries, { before: 2, after: 1 }); // start and resume, then the resume again
   });
 
+  test("a second pause after a resume keeps the first call and its result: two approvals in a row", async () => {
+    weatherRuns.length = 0;
+    const runId = await service.startRun("ai_two_pauses", { prompt: "weather in Berlin and Paris" });
+    const first = await service.heldHold(runId);
+    assert.deepEqual(first.items.map((i) => i.id), ["call_Berlin"]);
+    await service.decide(first.hold_id, { items: [{ id: "call_Berlin", action: "approve" }] });
+    const second = await waitForNewHold(runId, first.hold_id);
+    assert.deepEqual(second.items.map((i) => i.id), ["call_Paris"]);
+    await service.decide(second.hold_id, { items: [{ id: "call_Paris", action: "approve" }] });
+    const run = await service.runReaches(runId, "completed");
+    assert.equal(run.output.text, WEATHER);
+    assert.deepEqual(weatherRuns, ["Berlin", "Paris"]);
+  });
+
+  test("an automatically approved step before a person's approval stays in the conversation: one hold", async () => {
+    weatherRuns.length = 0;
+    const runId = await service.startRun("ai_auto_then_person", { prompt: "weather in Berlin and Paris" });
+    const hold = await service.heldHold(runId);
+    assert.deepEqual(hold.items.map((i) => i.id), ["call_Paris"]);
+    await service.decide(hold.hold_id, { items: [{ id: "call_Paris", action: "approve" }] });
+    const run = await service.runReaches(runId, "completed");
+    assert.equal(run.output.text, WEATHER);
+    assert.equal(run.holds.length, 1);
+    assert.deepEqual(weatherRuns, ["Berlin", "Paris"]);
+  });
+
   test("the item's schema is the tool's input schema when the service accepts one, and absent otherwise", async () => {
     const doc = (await service.api("GET", "/v0/openapi.json")).body;
     const accepts = Boolean(doc.components.schemas.ItemIn?.properties?.schema);
@@ -270,3 +335,15 @@ describe("examples/ts/pay_invoices.ts", () => {
     });
   });
 });
+
+async function waitForNewHold(runId, previous) {
+  return waitFor(
+    async () => {
+      const run = await service.run(runId);
+      if (["completed", "failed"].includes(run.status)) throw new Error(`run ${runId} ended: ${JSON.stringify(run)}`);
+      const open = run.holds.find((h) => h.status === "pending" && h.hold_id !== previous);
+      return open && run.status === "held" ? service.hold(open.hold_id) : null;
+    },
+    { what: "the second hold" },
+  );
+}

@@ -1,27 +1,18 @@
 // The seed's TypeScript example, unchanged, and the SDK's API calls, through the real service:
 // gunicorn, a Celery worker and beat, PostgreSQL (a fresh database) and Redis.
 import assert from "node:assert/strict";
-import { mkdirSync, readdirSync, readFileSync, writeFileSync } from "node:fs";
+import { mkdirSync, readFileSync, writeFileSync } from "node:fs";
+import { createServer } from "node:http";
 import { join } from "node:path";
 import { after, before, describe, test } from "node:test";
 
-import { Server, Suspend } from "@agentos/sdk";
+import { AgentOSError, ApiError, Invocation, Server, Suspend } from "@agentos/sdk";
 
-import { ROOT, SDK, freePort, newSecret, startAgent, startService } from "./harness.mjs";
+import { SDK, freePort, newSecret, startAgent, startService } from "./harness.mjs";
 
-/** The TypeScript block of the seed's "With the SDKs" section, as written. */
+/** The TypeScript block of the seed's "With the SDKs" section, as written (test/seed/README.md names its source). */
 export function seedExample() {
-  const dir = join(ROOT, "..", "shared", "seeds");
-  for (const name of readdirSync(dir).sort()) {
-    const text = readFileSync(join(dir, name), "utf8");
-    const start = text.indexOf('import { serve } from "@agentos/sdk";');
-    if (start === -1) continue;
-    const endMarker = "}, { port: 8080 });";
-    const end = text.indexOf(endMarker, start);
-    assert.ok(end > start, `the example in ${name} has no end`);
-    return text.slice(start, end + endMarker.length) + "\n";
-  }
-  throw new Error(`no TypeScript example in ${dir}`);
+  return readFileSync(join(SDK, "test", "seed", "pay_invoices.ts"), "utf8");
 }
 
 const seedSecret = newSecret();
@@ -103,6 +94,67 @@ const handlers = {
   throws: async () => {
     throw new Error("the bank is closed");
   },
+  // The SDK's client behind a faulty network (`faulty`, below): what it retried and how it failed.
+  resilient: async (inv) => {
+    if (inv.resume) return inv.state.run.get("out");
+    const slept = [];
+    const payload = { id: inv.id, run_id: inv.runId, capability: inv.capability, api_url: faulty.url, run_token: inv.runToken };
+    const flaky = new Invocation(payload, null, { sleep: async (ms) => void slept.push(ms) });
+    const state = `/v0/runs/${inv.runId}/state/`;
+    const out = {};
+    faulty.faults = [["POST", "/v0/holds", "drop"], ["POST", "/v0/files", "drop"], ["POST", "/v0/files", "refuse"]];
+    out.fileId = await flaky.files.upload(new TextEncoder().encode("%PDF-1.4 x"), { name: "x.pdf" });
+    out.sameFile = await flaky.files.upload(new TextEncoder().encode("%PDF-1.4 x"), { name: "x.pdf" });
+    out.uploadRetries = slept.splice(0).length;
+    faulty.faults = [["PUT", state, 503, "2"], ["PUT", state, 429, "Wed, 21 Oct 2015 07:28:00 GMT"], ["GET", state, 502]];
+    await flaky.state.run.put("k", { v: 1 });
+    out.read = await flaky.state.run.get("k");
+    out.slept = slept.splice(0);
+    faulty.faults = Array(4).fill(["PUT", state, 503]);
+    out.serverError = await flaky.state.run.put("k", 2).catch((e) => ({ name: e.name, status: e.status, requestId: e.requestId, isApi: e instanceof ApiError }));
+    out.retries = slept.splice(0).length;
+    faulty.faults = Array(4).fill(["PUT", state, "refuse"]);
+    out.connection = await flaky.state.run.put("k", 2).catch((e) => ({ name: e.name, requestId: e.requestId, isBase: e instanceof AgentOSError }));
+    const refused = new Invocation({ ...payload, api_url: inv.apiUrl, run_token: "not-a-token" });
+    out.denied = await refused.state.run.put("k", 2).catch((e) => ({ name: e.name, status: e.status, requestId: e.requestId }));
+    faulty.faults = [["POST", "/v0/holds", "drop"]];
+    out.holdId = await flaky.ask({ intent: "Pay", items: [{ id: "I-1", title: "Acme", data: { amount: "1.00" } }], suspend: false });
+    out.holdAttempts = faulty.seen.filter(([m, p]) => m === "POST" && p === "/v0/holds").map(([, , id]) => id);
+    await inv.state.run.put("out", out);
+    throw new Suspend(out.holdId);
+  },
+};
+
+/**
+ * Forwards to the service; `faults` lists [method, path prefix, what] for the next matching requests:
+ * "drop" (forward, then close unanswered), "refuse" (close unanswered) or a status answered here
+ * (with an optional Retry-After).
+ */
+const faulty = {
+  url: "",
+  target: "",
+  faults: [],
+  seen: [],
+  server: createServer(async (req, res) => {
+    const chunks = [];
+    for await (const c of req) chunks.push(c);
+    faulty.seen.push([req.method, req.url, req.headers["x-request-id"]]);
+    const i = faulty.faults.findIndex(([m, p]) => m === req.method && req.url.startsWith(p));
+    const [, , what, retryAfter] = i >= 0 ? faulty.faults.splice(i, 1)[0] : [];
+    if (what === "refuse") return req.socket.destroy();
+    if (typeof what === "number") {
+      res.writeHead(what, { "content-type": "application/json", "x-request-id": "proxy-said-so", ...(retryAfter ? { "retry-after": retryAfter } : {}) });
+      return res.end('{"error":"unavailable","message":"try later"}');
+    }
+    const headers = { ...req.headers };
+    delete headers.host;
+    delete headers["content-length"];
+    const resp = await fetch(faulty.target + req.url, { method: req.method, headers, body: chunks.length ? Buffer.concat(chunks) : undefined });
+    const text = await resp.text();
+    if (what === "drop") return req.socket.destroy();
+    res.writeHead(resp.status, { "content-type": resp.headers.get("content-type") ?? "application/json", "x-request-id": resp.headers.get("x-request-id") ?? "" });
+    res.end(text);
+  }),
 };
 
 before(async () => {
@@ -117,11 +169,16 @@ before(async () => {
   writeFileSync(join(dir, "seed_pay_invoices.ts"), seedExample());
   seedAgent = await startAgent(join(dir, "seed_pay_invoices.ts"), { secret: seedSecret, port: seedPort, tag: "seed" });
   sdkAgent = await new Server(handlers, { secret: sdkSecret, port: sdkPort, log: () => {} }).listen();
+  await new Promise((r) => faulty.server.listen(0, "127.0.0.1", r));
+  faulty.url = `http://127.0.0.1:${faulty.server.address().port}`;
+  faulty.target = service.url;
 });
 
 after(async () => {
   await seedAgent?.stop();
   await sdkAgent?.close();
+  faulty.server.closeAllConnections();
+  faulty.server.close();
   await service?.stop();
 });
 
@@ -194,6 +251,31 @@ describe("the SDK against the real API", () => {
     await service.decide(hold.hold_id, { items: [{ id: "R-1", action: "approve" }] });
     const run = await service.runReaches(runId, "completed");
     assert.deepEqual(run.output, { asked: hold.hold_id, expired: false, approved: 1 });
+  });
+
+  test("behind a faulty network: safe calls are retried (Retry-After honoured), errors are typed with X-Request-ID", async () => {
+    const runId = await service.startRun("resilient", {});
+    const hold = await service.heldHold(runId);
+    await service.decide(hold.hold_id, { items: [{ id: "I-1", action: "approve" }] });
+    const run = await service.runReaches(runId, "completed");
+    assert.equal(run.holds.length, 1); // the ask whose answer was lost made one hold
+    const saved = run.output;
+    assert.equal(saved.holdId, hold.hold_id);
+    assert.equal(saved.holdAttempts.length, 2);
+    assert.equal(saved.holdAttempts[0], saved.holdAttempts[1]); // one X-Request-ID for every attempt
+    assert.equal(saved.sameFile, saved.fileId);
+    assert.equal(saved.uploadRetries, 2);
+    assert.deepEqual(saved.read, { v: 1 });
+    assert.deepEqual(saved.slept.slice(0, 2), [2000, 0]);
+    assert.ok(saved.slept[2] > 0 && saved.slept[2] <= 500);
+    assert.deepEqual(saved.serverError, { name: "ServerError", status: 503, requestId: "proxy-said-so", isApi: true });
+    assert.equal(saved.retries, 3);
+    assert.equal(saved.connection.name, "APIConnectionError");
+    assert.match(saved.connection.requestId, /^agentos-[0-9a-f]{24}$/);
+    assert.equal(saved.connection.isBase, true);
+    assert.equal(saved.denied.name, "AuthenticationError");
+    assert.equal(saved.denied.status, 401);
+    assert.match(saved.denied.requestId, /^agentos-/); // the service answers with the id the SDK sent
   });
 
   test("a handler that throws fails the run with its message", async () => {

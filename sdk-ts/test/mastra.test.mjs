@@ -9,8 +9,11 @@ import { after, before, describe, test } from "node:test";
 
 import { Server } from "@agentos/sdk";
 import { aiSdkAgent } from "@agentos/sdk/ai";
-import { mastraWorkflow, proposedResumeData } from "@agentos/sdk/mastra";
+import { mastraAgent, mastraWorkflow, proposedResumeData } from "@agentos/sdk/mastra";
+import { Agent } from "@mastra/core/agent";
 import { Mastra } from "@mastra/core/mastra";
+import { MastraLanguageModelV2Mock } from "@mastra/core/test-utils/llm-mock";
+import { createTool } from "@mastra/core/tools";
 import { createStep, createWorkflow } from "@mastra/core/workflows";
 import { LibSQLStore } from "@mastra/libsql";
 import { stepCountIs, tool } from "ai";
@@ -63,11 +66,88 @@ const review = createStep({
 const publish = createWorkflow({ id: "publish", inputSchema: z.object({ title: z.string() }), outputSchema: z.object({ published: z.string() }) })
   .then(review)
   .commit();
+// Mastra's own human-in-the-loop example (docs/workflows/human-in-the-loop, "Pausing a workflow with
+// suspend()"): the step has no branch for `approved: false`, it suspends again.
+const sendEmail = createStep({
+  id: "step-1",
+  inputSchema: z.object({ userEmail: z.string() }),
+  outputSchema: z.object({ output: z.string() }),
+  resumeSchema: z.object({ approved: z.boolean() }),
+  suspendSchema: z.object({ reason: z.string() }),
+  execute: async ({ inputData, resumeData, suspend }) => {
+    const { userEmail } = inputData;
+    const { approved } = resumeData ?? {};
+    if (!approved) {
+      return await suspend({ reason: "Human approval required." });
+    }
+    return { output: `Email sent to ${userEmail}` };
+  },
+});
+const emailSchemas = { inputSchema: z.object({ userEmail: z.string() }), outputSchema: z.object({ output: z.string() }) };
+const testWorkflow = createWorkflow({ id: "test-workflow", ...emailSchemas }).then(sendEmail).commit();
+// The same page's "Handling human rejection with bail()", as written, and with room in its resumeSchema
+// for the reviewer's comment and whether the hold expired.
+const bailStep = (room) =>
+  createStep({
+    id: "step-1",
+    inputSchema: z.object({ userEmail: z.string() }),
+    outputSchema: z.object({ output: z.string() }),
+    resumeSchema: room
+      ? z.object({ approved: z.boolean(), reason: z.string().optional(), expired: z.boolean().optional() })
+      : z.object({ approved: z.boolean() }),
+    suspendSchema: z.object({ reason: z.string() }),
+    execute: async ({ inputData, resumeData, suspend, bail }) => {
+      const { userEmail } = inputData;
+      const { approved } = resumeData ?? {};
+      if (approved === false) {
+        return bail(room ? { reason: resumeData.reason, expired: resumeData.expired } : { reason: "User rejected the request." });
+      }
+      if (!approved) {
+        return await suspend({ reason: "Human approval required." });
+      }
+      return { output: `Email sent to ${userEmail}` };
+    },
+  });
+const bailWorkflow = createWorkflow({ id: "bail-workflow", ...emailSchemas }).then(bailStep(false)).commit();
+const bailRoomWorkflow = createWorkflow({ id: "bail-room-workflow", ...emailSchemas }).then(bailStep(true)).commit();
+
+// A tool that calls its own suspend() (Mastra's agent tool suspension), not requireApproval.
+const mastraUsage = { inputTokens: 10, outputTokens: 10, totalTokens: 20 };
+const bookModel = new MastraLanguageModelV2Mock({
+  doGenerate: async ({ prompt }) =>
+    prompt.at(-1).role === "user"
+      ? { content: [{ type: "tool-call", toolCallId: "call_1", toolName: "book", input: '{"city":"Paris"}' }], finishReason: "tool-calls", usage: mastraUsage, warnings: [] }
+      : { content: [{ type: "text", text: "done" }], finishReason: "stop", usage: mastraUsage, warnings: [] },
+});
+const book = createTool({
+  id: "book",
+  description: "Book a trip once the traveller confirms",
+  inputSchema: z.object({ city: z.string() }),
+  suspendSchema: z.object({ message: z.string() }),
+  resumeSchema: z.object({ confirmed: z.boolean() }),
+  execute: async (input, context) => {
+    const { suspend, resumeData } = context.agent;
+    if (!resumeData) return await suspend({ message: `Book ${input.city}?` });
+    return { booked: resumeData.confirmed };
+  },
+});
+const booker = new Agent({ id: "booker", name: "booker", instructions: "Book trips.", model: bookModel, tools: { book } });
+
 const mastra = new Mastra({
-  workflows: { publish },
+  agents: { booker },
+  workflows: { publish, "test-workflow": testWorkflow, "bail-workflow": bailWorkflow, "bail-room-workflow": bailRoomWorkflow },
   storage: new LibSQLStore({ id: "tests", url: `file:${join(tmp, "in-process.db")}` }),
   logger: false,
 });
+
+const moreHandlers = {
+  hitl_docs: mastraWorkflow({ mastra, workflow: "test-workflow" }),
+  hitl_docs_expiring: mastraWorkflow({ mastra, workflow: "test-workflow", expiresIn: 60 }),
+  bail: mastraWorkflow({ mastra, workflow: "bail-workflow" }),
+  bail_room: mastraWorkflow({ mastra, workflow: "bail-room-workflow" }),
+  bail_room_expiring: mastraWorkflow({ mastra, workflow: "bail-room-workflow", expiresIn: 60 }),
+  book: mastraAgent({ mastra, agent: "booker" }),
+};
 
 function startExample() {
   return startAgent(join(ROOT, "examples", "ts", "mastra_agent.ts"), {
@@ -87,18 +167,22 @@ before(async () => {
     publish: { endpoint: at(sdkPort), secret: sdkSecret },
     publish_expiring: { endpoint: at(sdkPort), secret: sdkSecret },
     ai_expiring: { endpoint: at(sdkPort), secret: sdkSecret },
+    ...Object.fromEntries(Object.keys(moreHandlers).map((n) => [n, { endpoint: at(sdkPort), secret: sdkSecret }])),
   });
   inProcess = await new Server(
     {
       publish: mastraWorkflow({ mastra, workflow: "publish" }),
       publish_expiring: mastraWorkflow({ mastra, workflow: "publish", expiresIn: 60 }),
       ...expiringHandlers,
+      ...moreHandlers,
     },
     { secret: sdkSecret, port: sdkPort, log: () => {} },
   ).listen();
   expiring = {
     ai: await service.startRun("ai_expiring", { prompt: "pay" }),
     workflow: await service.startRun("publish_expiring", { title: "Q2 numbers" }),
+    noRejectBranch: await service.startRun("hitl_docs_expiring", { userEmail: "a@example.com" }),
+    bailRoom: await service.startRun("bail_room_expiring", { userEmail: "a@example.com" }),
   };
   example = await startExample();
 });
@@ -203,6 +287,47 @@ describe("mastraWorkflow", () => {
   });
 });
 
+describe("Mastra's human-in-the-loop page", () => {
+  test("a step with no branch for approved: false ends on a reject (the run is cancelled with the comment), never re-asks", async () => {
+    const runId = await service.startRun("hitl_docs", { userEmail: "a@example.com" });
+    const hold = await service.heldHold(runId);
+    assert.deepEqual(hold.items.map((i) => [i.id, i.title, i.data]), [["step-1", "step-1: Human approval required.", { approved: true }]]);
+    await service.decide(hold.hold_id, { items: [{ id: "step-1", action: "reject" }], comment: "not this one" });
+    const run = await service.runReaches(runId, "completed");
+    assert.deepEqual(run.output, { status: "canceled", rejected: [{ step: "step-1", comment: "not this one" }] });
+    assert.equal(run.holds.length, 1);
+    assert.equal((await mastra.getWorkflow("test-workflow").getWorkflowRunById(runId)).status, "canceled");
+  });
+
+  test("approve runs the step", async () => {
+    const runId = await service.startRun("hitl_docs", { userEmail: "b@example.com" });
+    const hold = await service.heldHold(runId);
+    await service.decide(hold.hold_id, { items: [{ id: "step-1", action: "approve" }] });
+    assert.deepEqual((await service.runReaches(runId, "completed")).output, { output: "Email sent to b@example.com" });
+  });
+
+  test("bail() as written: a reject bails with the step's own reason (its resumeSchema has no room for the comment)", async () => {
+    const runId = await service.startRun("bail", { userEmail: "a@example.com" });
+    const hold = await service.heldHold(runId);
+    await service.decide(hold.hold_id, { items: [{ id: "step-1", action: "reject" }], comment: "wrong address" });
+    assert.deepEqual((await service.runReaches(runId, "completed")).output, { reason: "User rejected the request." });
+  });
+
+  test("bail() with reason and expired in its resumeSchema gets the reviewer's comment and expired: false", async () => {
+    const runId = await service.startRun("bail_room", { userEmail: "a@example.com" });
+    const hold = await service.heldHold(runId);
+    await service.decide(hold.hold_id, { items: [{ id: "step-1", action: "reject" }], comment: "wrong address" });
+    assert.deepEqual((await service.runReaches(runId, "completed")).output, { reason: "wrong address", expired: false });
+  });
+
+  test("a tool's own suspend() fails the run, as docs/sdk.md says, without asking anyone", async () => {
+    const runId = await service.startRun("book", { prompt: "book Paris" });
+    const run = await service.runReaches(runId, "failed");
+    assert.match(JSON.stringify(run.error), /a tool's own suspend\(\) is not supported/);
+    assert.deepEqual(run.holds, []);
+  });
+});
+
 describe("expiry", () => {
   test("an expired hold denies the AI SDK call and cancels the workflow run, saying it expired", async () => {
     const ai = await service.runReaches(expiring.ai, "completed", 150_000);
@@ -210,6 +335,17 @@ describe("expiry", () => {
     assert.equal(ai.holds[0].status, "expired");
     const workflow = await service.runReaches(expiring.workflow, "completed", 150_000);
     assert.deepEqual(workflow.output, { status: "canceled", rejected: [{ step: "review", comment: EXPIRED }] });
+  });
+
+  test("an expired hold ends a step with no branch for approved: false, once (no new hold)", async () => {
+    const run = await service.runReaches(expiring.noRejectBranch, "completed", 150_000);
+    assert.deepEqual(run.output, { status: "canceled", rejected: [{ step: "step-1", comment: EXPIRED }] });
+    assert.deepEqual(run.holds.map((h) => h.status), ["expired"]);
+  });
+
+  test("bail() with room in its resumeSchema learns that the hold expired", async () => {
+    const run = await service.runReaches(expiring.bailRoom, "completed", 150_000);
+    assert.deepEqual(run.output, { reason: EXPIRED, expired: true });
   });
 });
 

@@ -212,4 +212,20 @@ describe("eval runs", () => {
     assert.equal(ev.recordedHolds[0].resume.holdId, "h_3");
     assert.equal(Resume.fromJson({ resolved_by: "expired" }).expired, true);
   });
+
+  test("decidedBy names the rule or grant that decided an item at the ask", () => {
+    const resume = Resume.fromJson({
+      hold_id: "h_4",
+      resolved_by: "human",
+      items: [
+        { id: "A", action: "approve", data: { amount: 5 }, comment: null, decided_by: { type: "rule", id: "small", version: 3 } },
+        { id: "B", action: "approve", data: { amount: 7 }, comment: null, decided_by: { type: "grant", id: "grt_9" } },
+        { id: "C", action: "reject", data: { amount: 900 }, comment: "no" },
+      ],
+      comment: null,
+    });
+    assert.deepEqual(resume.item("A").decidedBy, { type: "rule", id: "small", version: 3 });
+    assert.deepEqual(resume.item("B").decidedBy, { type: "grant", id: "grt_9" });
+    assert.equal(resume.item("C").decidedBy, null);
+  });
 });

@@ -6,13 +6,26 @@ import hashlib
 import json
 import mimetypes
 import os
+import random
+import secrets
+import time
 from collections.abc import Callable
+from datetime import UTC, datetime
+from email.utils import parsedate_to_datetime
 from typing import Any, TypeVar
 from urllib.parse import quote
 
 import httpx
 
-from .errors import ApiError, AskedForHuman, AskInvalid, Suspend
+from .errors import (
+    AgentOSError,
+    APIConnectionError,
+    ApiError,
+    APITimeoutError,
+    AskedForHuman,
+    Suspend,
+    error_class,
+)
 from .resume import Eval, Resume
 
 T = TypeVar("T")
@@ -21,21 +34,64 @@ TOKEN_HEADER = "x-agentos-run-token"
 
 
 class _Api:
-    def __init__(self, api_url: str, run_token: str, timeout: float = 30.0):
+    """The run token's HTTP client. Every call it makes is safe to repeat (state is put and deleted by
+    key, an ask repeated gets `409 hold_open` with the same hold, uploads and child runs carry an
+    Idempotency-Key), so connection errors, timeouts, 5xx and 429 are retried with backoff, waiting as
+    long as a Retry-After says. One X-Request-ID goes with every attempt of a call."""
+
+    def __init__(self, api_url: str, run_token: str, timeout: float = 30.0, max_retries: int = 3):
         self.base = api_url.rstrip("/")
+        self.max_retries = max_retries
         self._client = httpx.Client(headers={TOKEN_HEADER: run_token}, timeout=timeout)
 
     def request(
         self, method: str, path: str, *, expect: tuple[int, ...] = (200, 201, 204), **kw: Any
     ) -> httpx.Response:
         url = self.base + path
-        resp = self._client.request(method, url, **kw)
-        if resp.status_code not in expect:
-            raise _error(resp, method, url)
-        return resp
+        request_id = "agentos-" + secrets.token_hex(12)
+        kw["headers"] = {**kw.get("headers", {}), "x-request-id": request_id}
+        for attempt in range(self.max_retries + 1):
+            last = attempt == self.max_retries
+            try:
+                resp = self._client.request(method, url, **kw)
+            except httpx.TimeoutException as exc:
+                if last:
+                    raise APITimeoutError(f"{method} {url}: no answer in time ({exc})", request_id) from exc
+                time.sleep(backoff(attempt))
+                continue
+            except httpx.TransportError as exc:
+                if last:
+                    raise APIConnectionError(f"{method} {url}: {type(exc).__name__}: {exc}", request_id) from exc
+                time.sleep(backoff(attempt))
+                continue
+            if resp.status_code in expect:
+                return resp
+            if last or not (resp.status_code == 429 or resp.status_code >= 500):
+                raise _error(resp, method, url)
+            time.sleep(backoff(attempt, resp.headers.get("retry-after")))
+        raise AssertionError("unreachable")
 
     def close(self) -> None:
         self._client.close()
+
+
+MAX_WAIT = 60.0
+
+
+def backoff(attempt: int, retry_after: str | None = None) -> float:
+    """Seconds before the next attempt: what Retry-After says (seconds or an HTTP date, at most a
+    minute), else 0.5, 1, 2 … (at most 8) with jitter, so that agents retrying at once spread out."""
+    if retry_after:
+        try:
+            seconds = float(retry_after)
+        except ValueError:
+            try:
+                seconds = (parsedate_to_datetime(retry_after) - datetime.now(UTC)).total_seconds()
+            except (TypeError, ValueError):
+                seconds = None
+        if seconds is not None:
+            return min(max(seconds, 0.0), MAX_WAIT)
+    return min(0.5 * 2**attempt, 8.0) * random.uniform(0.5, 1.0)
 
 
 def _error(resp: httpx.Response, method: str, url: str) -> ApiError:
@@ -43,8 +99,10 @@ def _error(resp: httpx.Response, method: str, url: str) -> ApiError:
         body = resp.json()
     except ValueError:
         body = {"message": resp.text}
-    cls = AskInvalid if resp.status_code == 422 and body.get("error") == "invalid" else ApiError
-    return cls(resp.status_code, body, method, url)
+    if not isinstance(body, dict):
+        body = {"message": str(body)}
+    cls = error_class(resp.status_code, body.get("error", ""))
+    return cls(resp.status_code, body, method, url, resp.headers.get("x-request-id"))
 
 
 class RunState:
@@ -93,8 +151,13 @@ class Files:
         path_or_bytes: str | os.PathLike[str] | bytes,
         name: str | None = None,
         content_type: str | None = None,
+        idempotency_key: str | None = None,
     ) -> str:
-        """Upload a file of the run's environment and return its file id (for `ask(files=…)`)."""
+        """Upload a file of the run's environment and return its file id (for `ask(files=…)`).
+
+        The upload carries an Idempotency-Key (by default one made of the name, type and content), so a
+        retry after a lost answer, or the same upload in a later invocation of the run, gets the first file.
+        """
         if isinstance(path_or_bytes, bytes):
             data = path_or_bytes
             name = name or "file"
@@ -104,6 +167,9 @@ class Files:
             name = name or os.path.basename(os.fspath(path_or_bytes))
         if content_type is None:
             content_type = mimetypes.guess_type(name)[0] or "application/octet-stream"
+        if idempotency_key is None:
+            digest = hashlib.sha256(json.dumps([name, content_type]).encode() + b"\0" + data).hexdigest()
+            idempotency_key = f"file:{digest}"
         resp = self._api.request(
             "POST",
             "/v0/files",
@@ -112,6 +178,7 @@ class Files:
             headers={
                 "content-type": content_type,
                 "x-filename": name if name.isascii() else quote(name),
+                "idempotency-key": idempotency_key,
             },
         )
         return resp.json()["file_id"]
@@ -186,7 +253,7 @@ class Invocation:
         self.asked_for_human = True
         try:
             self._api.request("POST", "/v0/holds", json=body, expect=(409,))
-        except (ApiError, httpx.HTTPError):
+        except (AgentOSError, httpx.HTTPError):
             pass
         raise AskedForHuman()
 

@@ -12,6 +12,9 @@ class DecidedItem:
     action: str
     data: dict[str, Any]
     comment: str | None = None
+    # Which rule ({"type": "rule", "id", "version"}) or standing grant ({"type": "grant", "id"}) decided
+    # the item at the ask; None when a person did.
+    decided_by: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True)
@@ -29,6 +32,7 @@ class Resume:
                 action=i["action"],
                 data=i.get("data") or {},
                 comment=i.get("comment") or None,
+                decided_by=i.get("decided_by") or None,
             )
             for i in payload.get("items") or []
         ]

@@ -13,8 +13,10 @@ from __future__ import annotations
 
 import base64
 import copy
+import functools
 import itertools
 import json
+import pathlib
 import secrets
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -27,10 +29,6 @@ from .signing import sign
 
 if TYPE_CHECKING:
     from typing import Self
-
-ACTIONS = ("approve", "edit", "reject", "feedback")
-HOLD_FIELDS = {"intent", "items", "actions", "details", "expires_in", "files"}
-ITEM_FIELDS = {"id", "title", "data", "confidence", "actions", "details", "schema"}
 
 
 def _is_number(v: Any) -> bool:
@@ -64,90 +62,79 @@ def _check_edit(item: dict[str, Any], data: Any) -> None:
             raise ValueError(f"data.{key}: must be a {_kind(old)}, as it was asked")
 
 
+WIRE_SCHEMA = pathlib.Path(__file__).with_name("wire_schema.json")
+
+
+@functools.cache
+def _wire_validator(name: str) -> Any:
+    """A validator for one of the service's published schemas (wire_schema.json, a copy of what
+    /v0/openapi.json publishes, kept equal to it by tests/test_sdk_wire_schema.py)."""
+    import jsonschema
+
+    schema = json.loads(WIRE_SCHEMA.read_text())
+    root = {**schema, "$ref": f"#/$defs/{name}"}
+    return jsonschema.Draft202012Validator(root)
+
+
+def schema_errors(name: str, body: Any) -> list[dict[str, str]]:
+    """Every place `body` breaks the service's published schema `name`, by path as the service's 422 names it."""
+    errors = []
+    for error in sorted(_wire_validator(name).iter_errors(body), key=lambda e: list(map(str, e.absolute_path))):
+        if error.validator in ("anyOf", "oneOf") and error.context:
+            # `X | None`: report the branch that was meant (the deepest, not "is not of type 'null'")
+            error = max(error.context, key=lambda e: (len(e.absolute_path), e.validator != "type"))
+        where = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in error.absolute_path).lstrip(".")
+        if error.validator == "required":
+            missing = [k for k in error.validator_value if isinstance(error.instance, dict) and k not in error.instance]
+            where = ".".join(filter(None, [where, *missing[:1]]))
+        elif error.validator == "additionalProperties" and isinstance(error.instance, dict):
+            allowed = set(error.schema.get("properties", {}))
+            extra = sorted(k for k in error.instance if k not in allowed)
+            where = ".".join(filter(None, [where, *extra[:1]]))
+        errors.append({"field": where, "message": error.message})
+    return errors
+
+
 def validate_ask(body: Any, run_files: set[str]) -> list[dict[str, str]]:
-    """Every wrong field of an ask, by path."""
-    errors: list[dict[str, str]] = []
+    """Every wrong field of an ask, by path: the service's published schema, then what a schema cannot
+    say (unique ids and actions, confidence only for keys of data, files of this run)."""
+    errors = schema_errors("AskIn", body)
+    if not isinstance(body, dict):
+        return errors
 
     def err(field: str, message: str) -> None:
-        errors.append({"field": field, "message": message})
+        if all(e["field"] != field for e in errors):
+            errors.append({"field": field, "message": message})
 
-    if not isinstance(body, dict):
-        return [{"field": "", "message": "must be an object"}]
-    for key in sorted(set(body) - HOLD_FIELDS):
-        err(key, "unknown field")
-    intent = body.get("intent")
-    if not isinstance(intent, str) or not intent.strip() or len(intent) > 500:
+    if isinstance(body.get("intent"), str) and not body["intent"].strip():
         err("intent", "required, a non-empty string of at most 500 characters")
-    items = body.get("items")
-    if not isinstance(items, list) or not 1 <= len(items) <= 100:
-        err("items", "required, 1 to 100 items")
-        items = items if isinstance(items, list) else []
+    items = body.get("items") if isinstance(body.get("items"), list) else []
     seen: set[str] = set()
     for n, item in enumerate(items):
-        p = f"items[{n}]"
         if not isinstance(item, dict):
-            err(p, "must be an object")
             continue
-        for key in sorted(set(item) - ITEM_FIELDS):
-            err(f"{p}.{key}", "unknown field")
-        iid = item.get("id")
-        if not isinstance(iid, str) or not iid:
-            err(f"{p}.id", "required, a non-empty string")
-        elif iid in seen:
+        p = f"items[{n}]"
+        if item.get("id") in seen:
             err(f"{p}.id", "duplicate id")
-        else:
-            seen.add(iid)
-        if not isinstance(item.get("title"), str) or not item.get("title"):
-            err(f"{p}.title", "required, a non-empty string")
-        data = item.get("data")
-        if not isinstance(data, dict):
-            err(f"{p}.data", "required, an object")
-            data = {}
+        if isinstance(item.get("id"), str):
+            seen.add(item["id"])
         own = item.get("actions")
-        if own is not None and (
-            not isinstance(own, list)
-            or not own
-            or len(set(map(str, own))) != len(own)
-            or any(a not in ACTIONS for a in own)
-        ):
-            err(f"{p}.actions", "non-empty, no repeats, each of approve edit reject feedback")
-        if item.get("details") is not None and not isinstance(item["details"], str):
-            err(f"{p}.details", "must be a string")
-        if item.get("schema") is not None and not isinstance(item["schema"], dict):
-            err(f"{p}.schema", "must be a JSON Schema object")
-        conf = item.get("confidence")
-        if conf is not None:
-            if not isinstance(conf, dict):
-                err(f"{p}.confidence", "must be an object")
-            else:
-                for key, value in conf.items():
-                    if key not in data:
-                        err(f"{p}.confidence.{key}", "not a key of data")
-                    elif not _is_number(value) or not 0 <= value <= 1:
-                        err(f"{p}.confidence.{key}", "must be a number in [0, 1]")
-    if "actions" in body:
-        actions = body["actions"]
-        if (
-            not isinstance(actions, list)
-            or not actions
-            or len(set(map(str, actions))) != len(actions)
-            or any(a not in ACTIONS for a in actions)
-        ):
-            err("actions", "non-empty, no repeats, each of approve edit reject feedback")
-    if "details" in body and not isinstance(body["details"], str):
-        err("details", "must be a string")
-    if "expires_in" in body:
-        e = body["expires_in"]
-        if not isinstance(e, int) or isinstance(e, bool) or not 60 <= e <= 2_592_000:
-            err("expires_in", "an integer from 60 to 2592000")
-    if "files" in body:
-        files = body["files"]
-        if not isinstance(files, list) or len(files) > 20:
-            err("files", "at most 20 file ids")
-        else:
-            for n, f in enumerate(files):
-                if f not in run_files:
-                    err(f"files[{n}]", "not a file of this run")
+        if isinstance(own, list) and len(set(map(str, own))) != len(own):
+            err(f"{p}.actions", "no repeats")
+        data = item.get("data") if isinstance(item.get("data"), dict) else {}
+        confidence = item.get("confidence") if isinstance(item.get("confidence"), dict) else {}
+        for key, value in confidence.items():
+            if key not in data:
+                err(f"{p}.confidence.{key}", "not a key of data")
+            elif isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 1:
+                err(f"{p}.confidence.{key}", "must be a number in [0, 1]")
+    actions = body.get("actions")
+    if isinstance(actions, list) and len(set(map(str, actions))) != len(actions):
+        err("actions", "no repeats")
+    files = body.get("files") if isinstance(body.get("files"), list) else []
+    for n, f in enumerate(files):
+        if f not in run_files:
+            err(f"files[{n}]", "not a file of this run")
     return errors
 
 
@@ -291,6 +278,9 @@ class FakeReviewQueue:
 
     def decide(self, hold_id: str, items: list[dict[str, Any]], comment: str | None = None) -> dict[str, Any]:
         """Decide a hold as a person would, then deliver the resume; returns the agent's answer."""
+        refused = schema_errors("DecisionIn", {"items": items, "comment": comment})
+        if refused:
+            raise ValueError("; ".join(f"{e['field']}: {e['message']}" for e in refused))
         with self.lock:
             hold = self.holds[hold_id]
             if hold["status"] != "pending":

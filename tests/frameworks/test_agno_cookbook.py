@@ -8,6 +8,7 @@ run_response.active_requirements: ...` loop with `continue_run` is replaced by `
 
 import json
 
+from agentos.adapters import EXPIRED_MESSAGE
 from agentos.adapters.agno import AgnoAgent
 from agno.agent import Agent
 from agno.db.sqlite import SqliteDb
@@ -102,6 +103,32 @@ def test_user_input_required_is_filled_in_by_the_reviewer(drive, tmp_path):
     assert sent == [("Hello", "Hello, world!", "alice@example.com")]
 
 
+def test_user_input_required_that_expires_never_runs_the_tool(drive, tmp_path):
+    sent = []
+
+    @tool(requires_user_input=True, user_input_fields=["to_address"])
+    def send_email(subject: str, body: str, to_address: str) -> str:
+        """Send an email."""
+        sent.append((subject, body, to_address))
+        return f"Sent email to {to_address}"
+
+    def build():
+        return Agent(
+            model=model_calling("send_email", {"subject": "Hello", "body": "Hello, world!"}),
+            tools=[send_email],
+            db=SqliteDb(db_file=str(tmp_path / "user_input_expiry.db")),
+            telemetry=False,
+        )
+
+    d = drive(AgnoAgent(build))
+    run_id = d.start({"prompt": "Send an email"})
+    d.expire(d.held(run_id))
+    run = d.finished(run_id)
+    assert sent == []  # never with empty fields
+    assert run["status"] == "completed" and run["output"] == f"FINAL {EXPIRED_MESSAGE}"
+    assert [h["status"] for h in run["holds"]] == ["expired"]
+
+
 def test_external_tool_execution_runs_here_only_once_approved(drive, tmp_path):
     executed = []
 
@@ -142,3 +169,104 @@ def test_external_tool_execution_runs_here_only_once_approved(drive, tmp_path):
     )
     output = d.finished(run_id)["output"]
     assert executed == ["ls -a"] and "no shell" in output
+
+
+def test_two_runs_at_once_on_a_fresh_sqlite_file_both_pause_and_resume(drive, tmp_path):
+    """Agno creates its tables on first use; two first uses at once raced (`table … already exists`) and
+    one paused run was not stored, yet a person was asked. Each try is a fresh file."""
+    fetched = []
+
+    @tool(requires_confirmation=True)
+    def get_top_hackernews_stories(num_stories: int) -> str:
+        """Fetch top stories from Hacker News."""
+        fetched.append(num_stories)
+        return f"{num_stories} stories"
+
+    for attempt in range(4):
+        db_file = str(tmp_path / f"fresh-{attempt}.db")
+
+        def build(db_file=db_file):
+            return Agent(
+                model=model_calling("get_top_hackernews_stories", {"num_stories": 2}),
+                tools=[get_top_hackernews_stories],
+                db=SqliteDb(db_file=db_file),
+                telemetry=False,
+            )
+
+        d = drive(AgnoAgent(build, prompt=lambda inv: "Fetch the top 2 hackernews stories."))
+        run_ids = [d.start({}), d.start({})]
+        for run_id in run_ids:
+            hold = d.held(run_id)
+            assert d.decide(hold, [{"id": hold["items"][0]["id"], "action": "approve"}]).status_code == 200
+        for run_id in run_ids:
+            run = d.finished(run_id)
+            assert (run["status"], run["output"]) == ("completed", "FINAL 2 stories"), (attempt, run)
+    assert fetched == [2] * 8
+
+
+def test_a_pause_agno_did_not_store_fails_the_run_without_asking(drive, tmp_path):
+    class ForgetfulDb(SqliteDb):
+        """Logs nothing and keeps nothing, as a failed save does in Agno (which only logs it)."""
+
+        def upsert_session(self, *args, **kwargs):
+            return None
+
+        def upsert_run(self, *args, **kwargs):
+            return None
+
+    @tool(requires_confirmation=True)
+    def get_top_hackernews_stories(num_stories: int) -> str:
+        """Fetch top stories from Hacker News."""
+        raise AssertionError("never approved")
+
+    def build():
+        return Agent(
+            model=model_calling("get_top_hackernews_stories", {"num_stories": 2}),
+            tools=[get_top_hackernews_stories],
+            db=ForgetfulDb(db_file=str(tmp_path / "forgetful.db")),
+            telemetry=False,
+        )
+
+    d = drive(AgnoAgent(build, prompt=lambda inv: "Fetch the top 2 hackernews stories."))
+    run = d.finished(d.start({}))
+    assert run["status"] == "failed" and run["holds"] == []
+    assert "did not keep it" in str(run["error"])
+
+
+def test_a_second_pause_after_a_resume_then_an_expiry_refuses_only_the_second_call(drive, tmp_path):
+    fetched = []
+
+    @tool(requires_confirmation=True)
+    def get_top_hackernews_stories(num_stories: int) -> str:
+        """Fetch top stories from Hacker News."""
+        fetched.append(num_stories)
+        return f"{num_stories} stories"
+
+    def script(messages):
+        done = tool_messages(messages)
+        if len(done) < 2:
+            return call("get_top_hackernews_stories", {"num_stories": len(done) + 1}, f"call_{len(done) + 1}")
+        return say("FINAL " + " | ".join(m.content for m in done))
+
+    def build():
+        return Agent(
+            model=ScriptedModel(script),
+            tools=[get_top_hackernews_stories],
+            db=SqliteDb(db_file=str(tmp_path / "two_pauses.db")),
+            telemetry=False,
+        )
+
+    d = drive(AgnoAgent(build, prompt=lambda inv: "Fetch stories twice."))
+    run_id = d.start({})
+    first = d.held(run_id)
+    assert [i["id"] for i in first["items"]] == ["call_1"]
+    assert d.decide(first, [{"id": "call_1", "action": "approve"}]).status_code == 200
+    second = d.next_state(run_id)
+    assert second["status"] == "held", second
+    second = d.held(run_id)
+    assert [i["id"] for i in second["items"]] == ["call_2"]
+    d.expire(second)
+    run = d.finished(run_id)
+    assert run["status"] == "completed" and run["output"] == f"FINAL 1 stories | {EXPIRED_MESSAGE}"
+    assert fetched == [1]
+    assert [h["status"] for h in run["holds"]] == ["decided", "expired"]

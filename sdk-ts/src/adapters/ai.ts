@@ -98,7 +98,9 @@ export function aiSdkAgent(options: AiSdkAgentOptions): Handler {
     });
     const signedNow = signed || requests.some((r) => r.signature);
     return pauseAndAsk<Stored>(inv, key, {
-      messages: messages.concat(result.response.messages),
+      // Every message this call added: the approved calls' results it ran first, then every step's turn
+      // (`response.messages` is only the last step's, which loses earlier calls and their results).
+      messages: messages.concat(result.responseMessages),
       pending: requests.map((r) => ({
         approvalId: r.approvalId,
         toolCallId: r.toolCall.toolCallId,

@@ -97,8 +97,11 @@ export function mastraAgent(options: MastraAgentOptions): Handler {
     }
     const pause = result.finishReason === "suspended" && isObject(result.suspendPayload) ? result.suspendPayload : null;
     if (!pause) return finish(inv, key, options.output ? await options.output(result, inv) : { text: result.text });
-    if (typeof pause.toolCallId !== "string" || typeof pause.toolName !== "string") {
-      throw new Error("the Mastra agent suspended without a tool approval (a tool's own suspend() is not supported)");
+    // A tool's own suspend() carries its `suspendPayload`; an approval pause has none. Declining
+    // it would resume the tool, which suspends again: fail rather than ask a person the same thing forever.
+    if (typeof pause.toolCallId !== "string" || typeof pause.toolName !== "string" || "suspendPayload" in pause) {
+      const tool = typeof pause.toolName === "string" ? ` (tool "${pause.toolName}")` : "";
+      throw new Error(`the Mastra agent suspended without a tool approval${tool}: a tool's own suspend() is not supported, use requireApproval`);
     }
     const args = pause.args;
     return pauseAndAsk<PausedCall>(inv, key, {
@@ -219,24 +222,35 @@ async function applyDecisions(workflow: WorkflowLike, run: RunLike, inv: Invocat
     const d = resume.expired ? undefined : decisionFor(resume.decidedItems, step);
     const comment = d ? d.comment : EXPIRED_MESSAGE;
     if (d && (d.action === "approve" || d.action === "edit")) return { path, step, resumeData: d.data as unknown };
-    // A rejection: `approved: false` when the resumeSchema has that boolean, otherwise the run is cancelled.
+    // A rejection or an expiry: `approved: false` when the resumeSchema has that boolean (with the comment as
+    // `reason`/`comment` and whether it expired as `expired`, where the schema has them), else a cancel.
     if (schemaType(schema, "approved") === "boolean") {
       const data: JsonObject = { ...(d?.data ?? {}), approved: false };
       for (const field of ["reason", "comment"]) {
         if (comment && schemaType(schema, field) === "string") data[field] = comment;
       }
-      return { path, step, resumeData: data };
+      if (schemaType(schema, "expired") === "boolean") data.expired = resume.expired;
+      return { path, step, resumeData: data, refused: true, comment };
     }
-    return { path, step, cancel: true, comment };
+    return { path, step, cancel: true, refused: true, comment };
   });
+  const refused = (only: typeof plans) => only.map((p) => ({ step: p.step, comment: p.comment ?? null }));
   const cancelled = plans.filter((p) => p.cancel);
   if (cancelled.length) {
     await run.cancel();
-    return { status: "canceled", rejected: cancelled.map((p) => ({ step: p.step, comment: p.comment ?? null })) };
+    return { status: "canceled", rejected: refused(cancelled) };
   }
   let outcome: WorkflowOutcome | undefined;
   for (const plan of plans) {
     outcome = await run.resume({ step: plan.path.length === 1 ? plan.path[0] : plan.path, resumeData: plan.resumeData });
+  }
+  // A step with no branch for `approved: false` (`if (!approved) return suspend()`) suspends again: a
+  // refusal ends it instead of asking a person the same question after every expiry or reject.
+  const again = new Set(outcome!.status === "suspended" ? suspendedPaths(outcome!).map((p) => p.join(".")) : []);
+  const looping = plans.filter((p) => p.refused && again.has(p.step));
+  if (looping.length) {
+    await run.cancel();
+    return { status: "canceled", rejected: refused(looping) };
   }
   return outcome!;
 }

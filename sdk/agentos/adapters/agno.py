@@ -10,17 +10,21 @@ Every paused tool call is an item with its own decisions:
   (checked against the tool's own parameter schema), reject and feedback never run it and give the
   model the comment as Agno's rejection note.
 - `@tool(requires_user_input=True, user_input_fields=[...])`: the reviewer fills the fields in, as an edit
-  of the item's data (each field's type becomes the item's schema).
+  of the item's data (each field's type becomes the item's schema). On expiry the tool never runs: the
+  model gets the expiry as the call's error.
 - `@tool(external_execution=True)`: approve or edit runs `run_external(tool_name, args)` here and hands
   Agno its result; a reject never runs it and gives the model the comment as the call's error.
 
 The run resumes in whatever process gets the resume, from the agent's own database: the run's
 `run_id`, `session_id` and paused requirements are kept in run state. A resume that finds none answers
-`failed` naming what was missing.
+`failed` naming what was missing. The database's tables are created when the adapter is made (Agno
+would create them on first use, and two first uses at once race), and a pause is asked about only once
+Agno can read it back from its database; a pause it failed to store fails the run instead.
 """
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable
 from typing import Any
 
@@ -59,6 +63,7 @@ class AgnoAgent:
             raise ValueError("give the agent a database (SqliteDb, PostgresDb): the run resumes from it")
         if run_external is None and any(getattr(t, "external_execution", False) for t in agent.tools or []):
             raise ValueError("the agent has external_execution tools: pass run_external(tool_name, args) -> result")
+        prepare_tables(agent.db)
         self.build = build
         self.prompt = prompt or (lambda inv: inv.input["prompt"])
         self.output = output or (lambda run: run.content)
@@ -92,6 +97,13 @@ class AgnoAgent:
                     f"Agno could not continue run {saved['run_id']} of session {saved['session_id']}: {exc}"
                 ) from exc
         if getattr(run, "is_paused", False):
+            stored = agent.get_run_output(run.run_id, session_id=run.session_id)
+            if stored is None or not getattr(stored, "is_paused", False):
+                # Agno logs a failed save and carries on: a person must never decide a pause that cannot resume.
+                raise RuntimeError(
+                    f"Agno paused run {run.run_id} of session {run.session_id} but its database did not keep it "
+                    "(see Agno's log): not asking a person about a pause that cannot resume"
+                )
             requirements = list(run.active_requirements or [])
             inv.state.run.put(
                 STATE_KEY,
@@ -113,9 +125,14 @@ class AgnoAgent:
         if kind == "user_input":
             if action == "edit":
                 requirement.provide_user_input(decided.data)
-            else:  # Agno has no rejection of a user-input pause: the call gets no input, and fails.
-                execution.tool_call_error = True
-                requirement.provide_user_input({f.name: f.value or "" for f in requirement.user_input_schema or []})
+                return
+            # Agno has no rejection of a user-input pause, and answering one always runs the tool: the call
+            # becomes an external execution whose result is the error, so the tool never runs without input.
+            execution.requires_user_input = False
+            execution.answered = True
+            execution.external_execution_required = True
+            execution.tool_call_error = True
+            requirement.set_external_execution_result(note if decided is None else f"No input was given: {note}")
             return
         if kind == "external_execution":
             if action == "reject":
@@ -140,6 +157,15 @@ class AgnoAgent:
         intent = self.intent or f"Approve {len(items)} tool call(s): {', '.join(names)}"[:500]
         actions = hold_actions([i["actions"] for i in items])
         inv.ask(intent, items, actions=actions, details=self.details, expires_in=self.expires_in)
+
+
+def prepare_tables(db: Any) -> None:
+    """Creates the database's tables once, before any run, as AgentOS's own app does at startup: Agno
+    otherwise creates them on first use, and two first uses at once race (`table … already exists`),
+    losing one paused run. An async database prepares itself (Agno has no sync call for it)."""
+    create = getattr(db, "_create_all_tables", None)
+    if callable(create) and not inspect.iscoroutinefunction(create):
+        create()
 
 
 def decided_for(inv: Invocation, requirement: Any) -> DecidedItem | None:

@@ -1,0 +1,161 @@
+"""Backtest (SPEC Round 3): a rule list or a grant replayed over the capability's recorded human decisions
+(the last 90 days, at most 100,000 items, newest first): how many items it would have decided, and of
+those how many a person decided otherwise (edited, rejected, feedback, or approved what it rejects).
+
+One statement: the capability's decided holds by the `hold_decided_by_capability` index, their items
+by the items' (hold, position) key; the run's input is read only when an expression names `run`.
+Items that a rule or grant decided are not people's decisions and are left out.
+"""
+
+import re
+from dataclasses import dataclass, field
+from datetime import timedelta
+
+from django.db import connection
+from django.utils import timezone
+
+from .ids import HOLD, public_id
+from .models import Action, Capability, HoldItem
+from .rules import Rule, activation, compile_list, compile_when, first_true, item_context, uses_flags
+
+DAYS = 90
+MAX_ITEMS = 100_000
+MAX_LISTED = 200
+_NAMES_RUN = re.compile(r"\brun\b")
+
+
+@dataclass
+class RuleOutcome:
+    decided: int = 0
+    differ: int = 0
+    errors: int = 0
+    first_error: str | None = None
+
+
+@dataclass
+class Difference:
+    hold_id: str
+    item_id: str
+    title: str
+    person: str
+    would: str
+    by: str
+
+
+@dataclass
+class Backtest:
+    items: int = 0
+    decided: int = 0
+    differ: int = 0
+    since: object = None
+    capped: bool = False
+    by_rule: dict[str, RuleOutcome] = field(default_factory=dict)
+    differences: list[Difference] = field(default_factory=list)
+
+    def as_json(self) -> dict:
+        return {
+            "items": self.items,
+            "would_decide": self.decided,
+            "decided_otherwise": self.differ,
+            "since": self.since.isoformat() if self.since else None,
+            "capped": self.capped,
+            "by_rule": {
+                rule: {
+                    "would_decide": o.decided,
+                    "decided_otherwise": o.differ,
+                    "errors": o.errors,
+                    "error": o.first_error,
+                }
+                for rule, o in self.by_rule.items()
+            },
+            "differences": [
+                {
+                    "hold_id": d.hold_id,
+                    "item_id": d.item_id,
+                    "title": d.title,
+                    "person": d.person,
+                    "would": d.would,
+                    "by": d.by,
+                    "url": f"/holds/{d.hold_id}",
+                }
+                for d in self.differences
+            ],
+        }
+
+
+def _rows(capability: Capability, since, with_input: bool):
+    """(hold id, item id, title, data, lowest confidence, offers approve, person's action, run input) per
+    item. What needs no Python (the lowest confidence, whether approve is offered) is computed by
+    PostgreSQL, so that each row costs one JSON decode: its data."""
+    data = HoldItem._meta.get_field("data")
+    run_input = "r.input" if with_input else "NULL"
+    join = " JOIN holds_run r ON r.id = h.run_id" if with_input else ""
+    statement = (
+        "SELECT h.id, i.item_id, i.title, i.data,"
+        " (SELECT min(c.value::float8) FROM jsonb_each(i.confidence) AS c WHERE jsonb_typeof(c.value) = 'number'),"
+        f" COALESCE(i.actions, h.actions) ? 'approve', i.action, {run_input}"
+        f" FROM holds_hold h JOIN holds_holditem i ON i.hold_id = h.id{join}"
+        " WHERE h.capability_id = %s AND h.status = 'decided' AND h.decided_at >= %s"
+        " AND i.decided_by IS NULL AND i.action <> ''"
+        " ORDER BY h.decided_at DESC, i.hold_id DESC, i.position LIMIT %s"
+    )
+    decode = data.from_db_value
+    with connection.cursor() as cursor:
+        cursor.execute(statement, [capability.pk, since, MAX_ITEMS])
+        for hold_id, item_id, title, raw, lowest, offers, action, run_raw in cursor:
+            run = decode(run_raw, None, connection) if run_raw is not None else None
+            yield hold_id, item_id, title, decode(raw, None, connection), lowest, offers, action, run
+
+
+def backtest(capability: Capability, *, rules: list[Rule] = (), grant_when: str | None = None) -> Backtest:
+    """Replays `rules` (first match wins, as at the ask) or one grant's `grant_when` (approve; a text
+    that compiles, as rules.compile_when checked)."""
+    now = timezone.now()
+    result = Backtest(since=now - timedelta(days=DAYS))
+    sources = [r.when for r in rules]
+    candidates = [(r.id, r.expression, r.then, r.comment) for r in rules]
+    if grant_when is not None:
+        candidates, sources = [("grant", compile_when(grant_when), Action.APPROVE.value, None)], [grant_when]
+    with_input = any(_NAMES_RUN.search(s) for s in sources)
+    for rule_id, *_ in candidates:
+        result.by_rule[rule_id] = RuleOutcome()
+    expressions = [expression for _, expression, _, _ in candidates]
+    combined = compile_list(tuple(sources)) if rules else None
+    flags = uses_flags(sources)
+    for hold_id, item_id, title, data, lowest, offers_approve, person, run_input in _rows(
+        capability, result.since, with_input
+    ):
+        result.items += 1
+        context = item_context(
+            item_id=item_id,
+            title=title,
+            data=data,
+            confidence=None,
+            lowest=lowest,
+            run_input=run_input,
+            capability=capability.name,
+            flags=flags,
+        )
+        index, errors = first_true(expressions, combined, activation(context))
+        for n, error in errors.items():
+            outcome = result.by_rule[candidates[n][0]]
+            outcome.errors += 1
+            outcome.first_error = outcome.first_error or error
+        if index is None:
+            continue
+        rule_id, _, then, _ = candidates[index]
+        would = then if then in (Action.APPROVE, Action.REJECT) else ""
+        if would == Action.APPROVE and not offers_approve:
+            would = ""  # never approves an item that does not offer approve: it would ask
+        if not would:
+            continue
+        outcome = result.by_rule[rule_id]
+        outcome.decided += 1
+        result.decided += 1
+        if person != would:
+            outcome.differ += 1
+            result.differ += 1
+            if len(result.differences) < MAX_LISTED:
+                result.differences.append(Difference(public_id(HOLD, hold_id), item_id, title, person, would, rule_id))
+    result.capped = result.items >= MAX_ITEMS
+    return result
