@@ -124,6 +124,9 @@
     var lastLook = document.getElementById("last-look");
     var lookOpen = lastLook && lastLook.open;
     if ((event.ctrlKey || event.metaKey) && event.key === "Enter") {
+      // Inside another form (Extend's reason, a filter) it is that form's business, not the decision's.
+      var inForm = event.target.closest && event.target.closest("form");
+      if (inForm && inForm.id !== "decision-form" && !inForm.classList.contains("confirm")) return;
       // On the last look Ctrl+Enter confirms; on the hold page it submits the decision.
       if ((lookOpen || !lastLook) && click("confirm-decision")) { event.preventDefault(); return; }
       if (!lookOpen && click("submit-decision")) { event.preventDefault(); }
@@ -186,7 +189,20 @@
         return;
       case "o":
         // "I'm on it": takes the soft claim (or releases one's own).
-        if (click("claim-button")) event.preventDefault();
+        if (click("claim-button")) { event.preventDefault(); return; }
+        // Someone else is on it: say why nothing happened (only they, or the claim's end, free it).
+        var claim = document.querySelector("#presence .claim:not(.claim-mine)");
+        if (claim) {
+          event.preventDefault();
+          var note = document.getElementById("claim-note");
+          if (!note) {
+            note = document.createElement("span");
+            note.id = "claim-note";
+            note.className = "muted";
+            claim.parentNode.appendChild(note);
+          }
+          note.textContent = claim.textContent + ": only they can release it, or it lapses by itself.";
+        }
         return;
       case "c":
         var comment = document.getElementById("comment");
