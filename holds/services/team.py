@@ -25,6 +25,7 @@ DEFAULTS = {
     "notify": {},
     "remind_before": None,
     "confidence_default": None,
+    "protocol": "agentos",
 }
 
 
