@@ -82,7 +82,7 @@ def test_it_shows_the_hold_with_every_value_typed_and_in_full(signed_in, cap):
         assert re.search(rf'<code class="val-text">{shown}</code>.*?<span class="type-tag">{kind}</span>', body, re.S)
     assert "line one\nline two" in body  # multi-line strings in full, not truncated
     assert "&quot;qty&quot;: 2" in body  # nested JSON, indented
-    assert 'class="conf conf-red">0.4' in body and 'class="conf">0.9' in body
+    assert 'class="conf conf-red" title="0.4">0.40' in body and 'class="conf" title="0.9">0.90' in body
 
 
 def test_it_offers_only_the_holds_actions_as_labelled_radios(signed_in, cap):

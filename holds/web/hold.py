@@ -227,7 +227,8 @@ def hold_decision(request, hold_id: str):
         messages.success(request, f"Decision recorded. The agent will be resumed with it.{more}")
         response = see_other(reverse("hold", args=[hold.public_id]))
     else:
-        messages.success(request, f"Decision on {hold.public_id} recorded. The agent will be resumed with it. Next:")
+        done = f"Decision recorded on {hold.public_id}; the agent will be resumed with it. Next, this hold:"
+        messages.success(request, done)
         response = see_other(reverse("hold", args=[following.public_id]))
     # A cookie, not the session: the hold page's presence poll saves the session concurrently and
     # would write the old choice back. It only says which way the box starts next time.

@@ -115,7 +115,7 @@ def test_after_deciding_it_opens_the_next_hold_and_s_stays(person_session, cap):
     expect(page.locator("#go-next")).to_be_checked()
     page.keyboard.press("Control+Enter")
     page.wait_for_url(f"**/holds/{second.public_id}")
-    expect(page.get_by_text(f"Decision on {first.public_id} recorded")).to_be_visible()
+    expect(page.get_by_text(f"Decision recorded on {first.public_id}")).to_be_visible()
     page.keyboard.press("a")
     expect(page.locator("#go-next")).to_be_checked()  # the last look is open
     page.keyboard.press("s")
