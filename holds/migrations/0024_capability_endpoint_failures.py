@@ -6,7 +6,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('holds', '0022_capability_protocol'),
+        ('holds', '0023_channels_slack_and_push'),
     ]
 
     operations = [
