@@ -63,6 +63,25 @@
     if (target === item) item.setAttribute("tabindex", "-1");
     target.focus();
     item.scrollIntoView({ block: "nearest" });
+    clearOfBar(target);
+  }
+
+  // --- the sticky decide bar never hides the focus (WCAG 2.4.11): scroll what has the focus
+  // above the bar; the CSS scroll-padding (from --bar-height) covers the browser's own scrolling ---
+  function decideBar() {
+    return document.querySelector(".decide-bar");
+  }
+
+  function clearOfBar(el) {
+    var bar = decideBar();
+    if (!el || !bar || bar.contains(el) || !el.getBoundingClientRect) return;
+    var top = bar.getBoundingClientRect().top, rect = el.getBoundingClientRect();
+    if (rect.bottom > top - 8 && top < window.innerHeight) window.scrollBy(0, rect.bottom - top + 16);
+  }
+
+  function measureBar() {
+    var bar = decideBar();
+    if (bar) document.documentElement.style.setProperty("--bar-height", Math.ceil(bar.offsetHeight) + "px");
   }
 
   function move(list, step, focusFn) {
@@ -105,6 +124,9 @@
     var lastLook = document.getElementById("last-look");
     var lookOpen = lastLook && lastLook.open;
     if ((event.ctrlKey || event.metaKey) && event.key === "Enter") {
+      // Inside another form (Extend's reason, a filter) it is that form's business, not the decision's.
+      var inForm = event.target.closest && event.target.closest("form");
+      if (inForm && inForm.id !== "decision-form" && !inForm.classList.contains("confirm")) return;
       // On the last look Ctrl+Enter confirms; on the hold page it submits the decision.
       if ((lookOpen || !lastLook) && click("confirm-decision")) { event.preventDefault(); return; }
       if (!lookOpen && click("submit-decision")) { event.preventDefault(); }
@@ -115,6 +137,12 @@
     if (event.key === "?") {
       event.preventDefault();
       openDialog(help);
+      return;
+    }
+    if (lookOpen && event.key === "s") {
+      // Stay: untick "then open the next hold" (pressed again, tick it back).
+      var goNext = document.getElementById("go-next");
+      if (goNext) { event.preventDefault(); goNext.checked = !goNext.checked; }
       return;
     }
     if (lookOpen || (help && help.open)) return;
@@ -161,7 +189,20 @@
         return;
       case "o":
         // "I'm on it": takes the soft claim (or releases one's own).
-        if (click("claim-button")) event.preventDefault();
+        if (click("claim-button")) { event.preventDefault(); return; }
+        // Someone else is on it: say why nothing happened (only they, or the claim's end, free it).
+        var claim = document.querySelector("#presence .claim:not(.claim-mine)");
+        if (claim) {
+          event.preventDefault();
+          var note = document.getElementById("claim-note");
+          if (!note) {
+            note = document.createElement("span");
+            note.id = "claim-note";
+            note.className = "muted";
+            claim.parentNode.appendChild(note);
+          }
+          note.textContent = claim.textContent + ": only they can release it, or it lapses by itself.";
+        }
         return;
       case "c":
         var comment = document.getElementById("comment");
@@ -173,6 +214,7 @@
   document.addEventListener("focusin", function (event) {
     var item = event.target.closest && event.target.closest("fieldset[data-item]");
     if (item) currentItem = item;
+    clearOfBar(event.target);
   });
 
   // --- forms: one submit per click, however fast the clicks ---
@@ -218,9 +260,11 @@
     if (target && target.id === "last-look-body") {
       var dialog = document.getElementById("last-look");
       openDialog(dialog);
-      var confirm = document.getElementById("confirm-decision");
+      // With points worth a second look, the focus starts on their tick, not on Confirm.
+      var confirm = document.getElementById("second-look-ack") || document.getElementById("confirm-decision");
       (confirm || dialog).focus();
     }
+    if (target && target.id === "bc-preview") clearOfBar(target);
     if (target && target.id === "decision-form") {
       var errors = document.getElementById("form-errors");
       var firstBad = document.querySelector("#decision-form [aria-invalid=true], #decision-form .error");
@@ -241,5 +285,50 @@
     document.documentElement.classList.add("js");
     tick();
     setInterval(tick, 1000);
+    measureBar();
+    window.addEventListener("resize", measureBar);
+  });
+})();
+
+// The installable app (web/app.py): register the service worker where the browser has one, and let a
+// person turn on Web Push for holds they may decide. Without either, every page works the same.
+(function () {
+  "use strict";
+  if (!("serviceWorker" in navigator)) return;
+  navigator.serviceWorker.register("/sw.js", { scope: "/" }).catch(function () {});
+
+  function keyBytes(base64url) {
+    var padded = (base64url + "===".slice((base64url.length + 3) % 4)).replace(/-/g, "+").replace(/_/g, "/");
+    var raw = atob(padded);
+    var out = new Uint8Array(raw.length);
+    for (var i = 0; i < raw.length; i++) out[i] = raw.charCodeAt(i);
+    return out;
+  }
+
+  document.addEventListener("DOMContentLoaded", function () {
+    var button = document.getElementById("push-on");
+    if (!button || !("PushManager" in window)) return;
+    var url = button.getAttribute("data-url");
+    fetch(url, { credentials: "same-origin" }).then(function (r) { return r.json(); }).then(function (body) {
+      if (!body.public_key) return;
+      button.hidden = false;
+      button.addEventListener("click", function () {
+        navigator.serviceWorker.ready.then(function (reg) {
+          return reg.pushManager.subscribe({ userVisibleOnly: true, applicationServerKey: keyBytes(body.public_key) });
+        }).then(function (sub) {
+          var token = document.querySelector("[name=csrfmiddlewaretoken]");
+          return fetch(url, {
+            method: "POST",
+            credentials: "same-origin",
+            headers: { "Content-Type": "application/json", "X-CSRFToken": token ? token.value : "" },
+            body: JSON.stringify(sub.toJSON()),
+          });
+        }).then(function (r) {
+          button.textContent = r && r.ok ? "Push on" : "Push failed";
+          button.setAttribute("aria-label", button.textContent);
+          button.disabled = true;
+        }).catch(function () { button.textContent = "Push blocked"; button.setAttribute("aria-label", "Push notifications blocked"); });
+      });
+    }).catch(function () {});
   });
 })();

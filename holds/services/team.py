@@ -1,13 +1,16 @@
 """The team: capabilities from agentos.yaml, people, service accounts and who may approve what."""
 
+import re
+
 from django.contrib.auth import get_user_model
 from django.db import transaction
+from django.db.models import Q
 from django.utils import timezone
 
 from ..auth import Actor, new_service_key
 from ..config import new_secret
 from ..errors import Conflict, Invalid, NotFound
-from ..models import AuditKind, Capability, Membership, Role, ServiceAccount
+from ..models import AuditKind, Capability, Membership, Role, ServiceAccount, SlackLink
 from ..policy import may_manage_team, require
 from ..words import ActorKind
 from .audit import audit
@@ -90,6 +93,23 @@ def _require_admin(actor: Actor) -> None:
     require(may_manage_team(actor))
 
 
+def _refuse_last_admin(user_id: int) -> None:
+    """Refuses a change that would leave no active person who is an admin: nobody could manage
+    the team again. Locks every admin's membership first, so two admins demoting each other at
+    once cannot both pass the count."""
+    list(Membership.objects.select_for_update().filter(role=Role.ADMIN).values_list("pk", flat=True))
+    people = get_user_model().objects.filter(is_active=True).exclude(pk=user_id)
+    if not people.filter(Q(is_superuser=True) | Q(membership__role=Role.ADMIN)).exists():
+        raise Conflict(
+            "this is the last admin: make someone else an admin first, or nobody could manage the team",
+            code="last_admin",
+        )
+
+
+def _is_admin_member(user_id: int) -> bool:
+    return Membership.objects.filter(user_id=user_id, role=Role.ADMIN).exists()
+
+
 def person_set_role(*, user_id: int, role: str, actor: Actor) -> None:
     _require_admin(actor)
     if role not in Role.values:
@@ -99,6 +119,8 @@ def person_set_role(*, user_id: int, role: str, actor: Actor) -> None:
         if membership is None:
             raise NotFound("no such person")
         before = membership.role
+        if before == Role.ADMIN and role != Role.ADMIN and membership.user.is_active:
+            _refuse_last_admin(user_id)
         membership.role = role
         membership.save(update_fields=["role"])
         membership.user.is_staff = role == Role.ADMIN
@@ -114,6 +136,8 @@ def person_set_active(*, user_id: int, active: bool, actor: Actor) -> None:
             raise NotFound("no such person")
         if actor.kind == ActorKind.USER and actor.user.pk == user.pk and not active:
             raise Conflict("you cannot deactivate yourself", code="self")
+        if not active and user.is_active and (user.is_superuser or _is_admin_member(user.pk)):
+            _refuse_last_admin(user.pk)
         before = user.is_active
         user.is_active = active
         user.save(update_fields=["is_active"])
@@ -126,6 +150,27 @@ def person_set_active(*, user_id: int, active: bool, actor: Actor) -> None:
             before=before,
             after=active,
         )
+
+
+def person_set_slack(*, user_id: int, slack_user_id: str, actor: Actor) -> None:
+    """Links a person to a Slack user id (blank: unlinks); the link wins over e-mail matching."""
+    _require_admin(actor)
+    slack_user_id = slack_user_id.strip().upper()
+    if slack_user_id and not re.fullmatch(r"[UW][A-Z0-9]{2,39}", slack_user_id):
+        raise Invalid([{"field": "slack_user_id", "message": "a Slack member id such as U0123ABCD"}])
+    with transaction.atomic():
+        user = get_user_model().objects.select_for_update().filter(pk=user_id).first()
+        if user is None:
+            raise NotFound("no such person")
+        before = SlackLink.objects.filter(user=user).values_list("slack_user_id", flat=True).first() or ""
+        taken = SlackLink.objects.filter(slack_user_id=slack_user_id).exclude(user=user).exists()
+        if slack_user_id and taken:
+            raise Conflict("this Slack user is linked to another person", code="slack_taken")
+        if slack_user_id:
+            SlackLink.objects.update_or_create(user=user, defaults={"slack_user_id": slack_user_id})
+        else:
+            SlackLink.objects.filter(user=user).delete()
+        audit(AuditKind.PERSON_CHANGED, actor, username=user.username, slack_before=before, slack_after=slack_user_id)
 
 
 def service_account_set_role(*, account_id: int, role: str, actor: Actor) -> None:
