@@ -77,6 +77,7 @@ const tools = {
   }),
 };
 
+// No port in the code: AGENTOS_PORT places the agent (a port given here would win over it).
 await serve(
   {
     pay_with_ai: aiSdkAgent({
@@ -91,5 +92,4 @@ await serve(
       expiresIn: 86400,
     }),
   },
-  { port: 8081 },
 );

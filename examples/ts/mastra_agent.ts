@@ -88,10 +88,10 @@ const mastra = new Mastra({
   logger: false,
 });
 
+// No port in the code: AGENTOS_PORT places the agent (a port given here would win over it).
 await serve(
   {
     pay_with_mastra: mastraAgent({ mastra, agent: "payer", intent: "Approve a payment the agent wants to make" }),
     approve_payment: mastraWorkflow({ mastra, workflow: "payment", intent: "Approve the payment" }),
   },
-  { port: 8082 },
 );

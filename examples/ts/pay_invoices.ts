@@ -54,4 +54,4 @@ async function payInvoices(inv: Invocation) {
   return { paid, rejected };
 }
 
-await serve({ pay_invoices: payInvoices }, { port: 8080 }); // AGENTOS_PORT and AGENTOS_SECRET from the environment
+await serve({ pay_invoices: payInvoices }); // AGENTOS_PORT (else 8080) and AGENTOS_SECRET from the environment

@@ -17,9 +17,9 @@ export type Answer =
   | { status: "suspended"; hold_id: string };
 
 export interface ServeOptions {
-  /** Default 8080; the AGENTOS_PORT environment variable wins, so a deployment places the agent. */
+  /** Wins over AGENTOS_PORT; without either, 8080. */
   port?: number;
-  /** Default 127.0.0.1 (AGENTOS_HOST wins). */
+  /** Wins over AGENTOS_HOST; without either, 127.0.0.1. */
   host?: string;
   /** `whsec_` + base64; default AGENTOS_SECRET. */
   secret?: string;
@@ -103,13 +103,15 @@ export class Server {
     this.http.headersTimeout = this.readMs;
   }
 
+  /** What the code gives wins (arguments, then options); AGENTOS_PORT/AGENTOS_HOST only when it gives none. */
   async listen(port?: number, host?: string): Promise<this> {
-    const envPort = process.env.AGENTOS_PORT;
-    const p = envPort ? Number(envPort) : (port ?? this.opts.port ?? 8080);
+    const envPort = process.env.AGENTOS_PORT || undefined;
+    const given = port ?? this.opts.port ?? envPort;
+    const p = given === undefined ? 8080 : Number(given);
     if (!Number.isInteger(p) || p < 0 || p > 65535) {
-      throw new Error(`the port must be an integer from 0 to 65535, got ${JSON.stringify(envPort ?? port ?? this.opts.port)}`);
+      throw new Error(`the port must be an integer from 0 to 65535, got ${JSON.stringify(given)}`);
     }
-    const h = process.env.AGENTOS_HOST || host || this.opts.host || "127.0.0.1";
+    const h = host || this.opts.host || process.env.AGENTOS_HOST || "127.0.0.1";
     await new Promise<void>((resolve, reject) => {
       this.http.once("error", reject);
       this.http.listen(p, h, () => {
@@ -278,7 +280,7 @@ function readBody(req: IncomingMessage, length: number, ms: number): Promise<Buf
   });
 }
 
-/** Serve `POST /invoke` on `{port}` (AGENTOS_PORT wins) until the process ends; resolves once listening. */
+/** Serve `POST /invoke` on `{port}` (else AGENTOS_PORT, else 8080) until the process ends; resolves once listening. */
 export async function serve(handlers: Record<string, Handler>, opts: ServeOptions = {}): Promise<Server> {
   const server = await new Server(handlers, opts).listen();
   console.log(`[agentos] serving ${Object.keys(handlers).sort().join(", ")} on ${server.url}`);

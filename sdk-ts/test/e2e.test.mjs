@@ -157,8 +157,23 @@ const faulty = {
   }),
 };
 
+/** The seed's example names port 8080, which wins over AGENTOS_PORT: the one fixed port in the suites. */
+const SEED_PORT = 8080;
+
+async function seedPortFree() {
+  const probe = createServer();
+  await new Promise((resolve, reject) => {
+    probe.once("error", (err) =>
+      reject(new Error(`the seed's example listens on ${SEED_PORT} (its code says so), which is taken: ${err.code}`)),
+    );
+    probe.listen(SEED_PORT, "127.0.0.1", resolve);
+  });
+  await new Promise((r) => probe.close(r));
+}
+
 before(async () => {
-  const [seedPort, sdkPort] = [await freePort(), await freePort()];
+  await seedPortFree();
+  const [seedPort, sdkPort] = [SEED_PORT, await freePort()];
   const endpoint = (port) => `http://127.0.0.1:${port}`;
   service = await startService("seed", {
     pay_invoices: { endpoint: endpoint(seedPort), secret: seedSecret },
@@ -187,6 +202,8 @@ describe("the seed's TypeScript example, unchanged", () => {
     const code = seedExample();
     assert.match(code, /^import \{ serve \} from "@agentos\/sdk";/);
     assert.match(code, /inv\.resume!\.approved\.map/);
+    assert.match(code, /\}, \{ port: 8080 \}\);\n?$/);
+    assert.equal(seedAgent.url, `http://127.0.0.1:${SEED_PORT}`);
   });
 
   const cases = [

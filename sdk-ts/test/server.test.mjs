@@ -7,7 +7,7 @@ import { after, before, describe, test } from "node:test";
 
 import { Resume, Server, sign } from "@agentos/sdk";
 
-import { deliver, invocation, newSecret } from "./harness.mjs";
+import { deliver, freePort, invocation, newSecret } from "./harness.mjs";
 
 const secret = newSecret();
 let server;
@@ -83,18 +83,35 @@ describe("signatures", () => {
     assert.equal(r.body.error, "bad_json");
   });
 
-  test("AGENTOS_PORT wins over the port in the code, and a bad one is refused", async () => {
-    const saved = process.env.AGENTOS_PORT;
+  test("the port and host in the code win over AGENTOS_PORT/AGENTOS_HOST, used only when the code gives none", async () => {
+    const saved = { port: process.env.AGENTOS_PORT, host: process.env.AGENTOS_HOST };
+    const port = await freePort();
     try {
-      process.env.AGENTOS_PORT = "0";
-      const s = await new Server(handlers, { secret, port: 1 }).listen();
-      assert.notEqual(s.port, 1);
+      // Explicit wins: the environment names a port and host nothing listens on (1, an unroutable host).
+      process.env.AGENTOS_PORT = "1";
+      process.env.AGENTOS_HOST = "192.0.2.1";
+      let s = await new Server(handlers, { secret, port, host: "127.0.0.1" }).listen();
+      assert.equal(s.url, `http://127.0.0.1:${port}`);
       await s.close();
-      process.env.AGENTOS_PORT = "eighty";
-      await assert.rejects(new Server(handlers, { secret }).listen(), /port must be an integer/);
+      s = await new Server(handlers, { secret, port: 1 }).listen(port, "127.0.0.1"); // listen()'s arguments first
+      assert.equal(s.url, `http://127.0.0.1:${port}`);
+      await s.close();
+      // None given: the environment places it.
+      process.env.AGENTOS_PORT = String(port);
+      process.env.AGENTOS_HOST = "127.0.0.1";
+      s = await new Server(handlers, { secret }).listen();
+      assert.equal(s.url, `http://127.0.0.1:${port}`);
+      await s.close();
+      // A bad value in the environment is refused, not read as 8080 or NaN.
+      for (const bad of ["eighty", "65536", "-1", "80.5"]) {
+        process.env.AGENTOS_PORT = bad;
+        await assert.rejects(new Server(handlers, { secret }).listen(), new RegExp(`port must be an integer.*${bad}`));
+      }
     } finally {
-      if (saved === undefined) delete process.env.AGENTOS_PORT;
-      else process.env.AGENTOS_PORT = saved;
+      for (const [key, value] of [["AGENTOS_PORT", saved.port], ["AGENTOS_HOST", saved.host]]) {
+        if (value === undefined) delete process.env[key];
+        else process.env[key] = value;
+      }
     }
   });
 
