@@ -11,7 +11,7 @@ from ..models import Action, AuditEvent, AuditKind, Hold, HoldItem, Invocation
 from ..policy import decide_refusal, hold_refusal
 from ..schemas import Asked, blank_to_none, validate_decision
 from ..words import ActorKind
-from . import gateway, ports, sql
+from . import gateway, ports, receipts, sql
 from .gateway import insert_values, one_round_trip
 
 
@@ -115,8 +115,10 @@ def write_decision(
 ) -> Invocation | None:
     """Takes the hold for this decision and writes everything it decides, in one transaction of one
     round trip (sql.TAKE_HOLD, then sql.write_decision): the hold's `stamp`, the per-item decisions, the
-    -1 pending count, the resume invocation (returned) and the audit event. None: the hold was not
-    pending any more, or its expires_at had passed by the database's clock, and nothing was written."""
+    -1 pending count, the resume invocation (returned; its receipt signed here, so people's and rules'
+    decisions both carry one) and the audit event. None: the hold was not pending any more, or its
+    expires_at had passed by the database's clock, and nothing was written."""
+    resume["receipt"] = receipts.for_decision(hold, items, stamp, resume)
     # seq, status and next_attempt_at are placeholders here: the statement sets them from the asker.
     invocation = Invocation(
         run_id=hold.run_id, kind=Invocation.Kind.RESUME, seq=0, status="", hold_id=hold.pk, resume=resume
