@@ -7,7 +7,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('holds', '0024_capability_endpoint_failures'),
+        ('holds', '0025_receipt_key'),
     ]
 
     operations = [
