@@ -2,6 +2,7 @@
 rollup.py. holds/tasks.py imports this module so that workers register them."""
 
 import logging
+from datetime import datetime
 
 from celery import shared_task
 from django.conf import settings
@@ -37,6 +38,43 @@ def notify(self, hold_id: int, kind: str, channels: list[str] | None = None) -> 
         return results
     countdown = min(settings.RQ_NOTIFY_BACKOFF * 2 ** (tries - 1), 3600)
     raise self.retry(args=(hold_id, kind, list(failed)), countdown=countdown) from None
+
+
+ENDPOINT_CHANNELS = (Notification.Channel.EMAIL, Notification.Channel.WEBHOOK, Notification.Channel.SLACK)
+
+
+@shared_task(bind=True, acks_late=True, ignore_result=True, max_retries=None)
+def notify_endpoint(self, capability_id: int, kind: str, spell: str, channels: list[str] | None = None) -> dict:
+    """Admins hear that a capability's endpoint is failing or answers again; retried per channel like
+    notify, on the same Notification rows (one per failing spell, kind and channel)."""
+    results, failed = {}, {}
+    when = datetime.fromisoformat(spell)
+    for channel in channels or ENDPOINT_CHANNELS:
+        try:
+            results[channel] = notifications.deliver_endpoint(
+                capability_id=capability_id, kind=kind, spell=when, channel=channel
+            )
+        except Exception as exc:
+            failed[channel] = exc
+    tries = self.request.retries + 1
+    for channel, exc in failed.items():
+        context = {"capability_id": capability_id, "notification": f"{kind}/{channel}", "attempt": tries}
+        log.warning("the endpoint %s %s notification failed (try %d): %s", kind, channel, tries, exc, extra=context)
+        if tries > settings.RQ_NOTIFY_RETRIES:
+            results[channel] = "failed"
+    if not failed or tries > settings.RQ_NOTIFY_RETRIES:
+        return results
+    countdown = min(settings.RQ_NOTIFY_BACKOFF * 2 ** (tries - 1), 3600)
+    raise self.retry(args=(capability_id, kind, spell, list(failed)), countdown=countdown) from None
+
+
+def endpoint_changed(capability_id: int, kind: str, spell: datetime) -> None:
+    """A capability's endpoint became failing, or answers again (after the commit, through
+    services.ports); never raises into the caller."""
+    try:
+        notify_endpoint.delay(capability_id, kind, spell.isoformat())
+    except Exception:
+        log.warning("could not enqueue the endpoint %s notification", kind, extra={"capability_id": capability_id})
 
 
 def enqueue(hold_id: int, kind: str) -> None:
