@@ -67,7 +67,10 @@ def test_it_shows_hostile_text_literally_in_every_field_and_runs_none_of_it(pers
     page.get_by_role("button", name="Submit decision").click()
     expect(page.locator("#last-look")).to_contain_text(f"Title {XSS}")
     expect(page.locator("#last-look")).to_contain_text(XSS)
+    # Its low confidence asks for a second look, naming the agent's key as inert text too.
+    expect(page.locator("#last-look")).to_contain_text(f"{XSS} has confidence 0.30")
     no_agent_markup(page)
+    page.locator("#last-look").get_by_label("I looked at this").check()
     page.get_by_role("button", name="Confirm decision").click()
     expect(page.get_by_text("Decision recorded")).to_be_visible()
     no_agent_markup(page)
