@@ -31,6 +31,7 @@ KEYS = {
     "remind_before",
     "confidence_default",
     "rules",
+    "quorum",
 }
 NOTIFY_KEYS = {"email", "webhook"}
 DURATION = re.compile(r"^(\d+(?:\.\d+)?)(ms|s|m|h|d)?$")
@@ -174,12 +175,35 @@ def _capability(base: Path, name: str, raw) -> tuple[CapabilitySpec, list[str]]:
             errors.append("key 'notify.webhook': an http(s) URL")
         else:
             spec.values["notify"] = notify
+    if "quorum" in raw:
+        quorum, problem = check_quorum(raw["quorum"])
+        if problem:
+            errors.append(f"key 'quorum': {problem}")
+        else:
+            spec.values["quorum"] = quorum
     if "rules" in raw:
         rules, problems = check_rules(raw["rules"])
         errors += [f"key 'rules': {problem}" for problem in problems]
         if not problems:
             spec.values["rules"] = [rule.as_json() for rule in rules]
     return spec, errors
+
+
+def check_quorum(raw) -> tuple[dict | None, str | None]:
+    """`{approvals: N, from: [roles]}` -> the stored form, or a problem. Whether N people may decide is
+    asked when the capability is written (services/team.py), where the people are known."""
+    if (
+        isinstance(raw, dict)
+        and set(raw) == {"approvals", "from"}
+        and isinstance(raw["approvals"], int)
+        and not isinstance(raw["approvals"], bool)
+        and 1 <= raw["approvals"] <= 10
+        and isinstance(raw["from"], list)
+        and raw["from"]
+        and all(role in (Role.ADMIN, Role.MEMBER) for role in raw["from"])
+    ):
+        return {"approvals": raw["approvals"], "from": list(dict.fromkeys(raw["from"]))}, None
+    return None, "a mapping {approvals: N, from: [roles]} with N from 1 to 10 and roles from [admin, member]"
 
 
 def _schema(base: Path, ref) -> dict:

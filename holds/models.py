@@ -116,6 +116,8 @@ class Capability(models.Model):
     # rules or grants costs the ask nothing, and a process's compiled rules are known to be current.
     rules_version = models.PositiveIntegerField(default=0)
     grants_version = models.PositiveIntegerField(default=0)
+    # agentos.yaml's quorum: {"approvals": N, "from": [roles]}; NULL: one decision decides (SPEC "Quorum").
+    quorum = models.JSONField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 
@@ -367,6 +369,9 @@ class Hold(models.Model):
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+", db_index=False
     )
     claimed_until = models.DateTimeField(null=True, blank=True)
+    # A rule's `then: {quorum: N, from: [roles]}` that matched an item at the ask; NULL: the capability's
+    # quorum (if any) applies. services/quorum.py reads the stricter of the two.
+    quorum = models.JSONField(null=True, blank=True)
 
     class Meta:
         constraints = [
@@ -785,3 +790,31 @@ class Grant(models.Model):
     @property
     def from_hold_public_id(self) -> str | None:
         return public_id(HOLD, self.from_hold_id) if self.from_hold_id else None
+
+
+class HoldApproval(models.Model):
+    """One person's (or service account's) approval of a hold that needs a quorum (services/quorum.py).
+    The unique constraints are what makes "nobody counts twice" hold under concurrent requests; `data_hash`
+    is the SHA-256 of the approved decision (canonical JSON), so that only approvals of the same data count."""
+
+    hold = models.ForeignKey(Hold, on_delete=models.CASCADE, related_name="approvals")
+    label = models.CharField(max_length=200)
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+", db_index=False
+    )
+    account = models.ForeignKey(
+        ServiceAccount, null=True, blank=True, on_delete=models.SET_NULL, related_name="+", db_index=False
+    )
+    decision = models.JSONField()
+    data_hash = models.CharField(max_length=64)
+    at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["hold", "user"], condition=Q(user__isnull=False), name="approval_once_user"
+            ),
+            models.UniqueConstraint(
+                fields=["hold", "account"], condition=Q(account__isnull=False), name="approval_once_account"
+            ),
+        ]

@@ -15,7 +15,7 @@ from django.utils import timezone
 
 from .auth import Actor
 from .errors import Conflict, Forbidden, NotFound
-from .models import Capability, Hold, Role, Run, RunFile
+from .models import Capability, Hold, Role, Run, RunFile, ServiceAccount
 from .words import ActorKind
 
 # --- who decides --------------------------------------------------------------------------------
@@ -315,6 +315,49 @@ def may_revoke_grant(actor: Actor, capability: Capability) -> Forbidden | None:
     if actor.kind in (ActorKind.USER, ActorKind.ACCOUNT) and (actor.is_admin or approves(actor, capability)):
         return None
     return Forbidden("only an approver of this capability or an admin may revoke its grants")
+
+
+# --- quorum and separation of duties (issue 34) ---------------------------------------------------
+
+
+def quorum_of(hold: Hold) -> dict | None:
+    """The quorum this hold needs (capability loaded): a rule's at the ask or the capability's, the one
+    asking more approvals; None: one decision decides."""
+    found = [q for q in (hold.quorum, hold.capability.quorum) if q]
+    return max(found, key=lambda q: q["approvals"]) if found else None
+
+
+def counts_toward_quorum(actor: Actor, hold: Hold) -> bool:
+    """An approval counts when its author's role is one the quorum names and also one that approves the
+    capability. Whoever started the run or a run above it never counts, whatever self_approval says."""
+    quorum = quorum_of(hold)
+    if quorum is None or not approves(actor, hold.capability) or actor.role not in quorum["from"]:
+        return False
+    started, params = _started_by_sql(actor)
+    mine = RawSQL(started, params, output_field=BooleanField())
+    return not Hold.objects.filter(pk=hold.pk).alias(mine=mine).filter(mine=True).exists()
+
+
+def may_approve_for_quorum(actor: Actor, hold: Hold) -> Forbidden | None:
+    """The 403 of an approval that would not count (SPEC "Quorum": the starter never counts)."""
+    if counts_toward_quorum(actor, hold):
+        return None
+    quorum = quorum_of(hold)
+    if approves(actor, hold.capability) and actor.role in quorum["from"]:
+        return Forbidden("you started this run (or a run above it), so your approval cannot count toward its quorum")
+    return Forbidden(f"this hold needs approvals from {', '.join(quorum['from'])}; your role's do not count")
+
+
+def quorum_pool(capability: Capability, quorum: dict) -> int:
+    """How many active people and service accounts may give an approval that counts (roles in both the
+    quorum's `from` and the capability's approvers): a quorum larger than this could never be met."""
+    roles = [r for r in quorum["from"] if r in (capability.approvers or [])]
+    by_role = Q(is_superuser=False, membership__role__in=roles)
+    if Role.ADMIN in roles:
+        by_role |= Q(is_superuser=True)
+    people = get_user_model().objects.filter(by_role, is_active=True).count()
+    accounts = ServiceAccount.objects.filter(role__in=roles, revoked_at__isnull=True).count()
+    return people + accounts
 
 
 def require(refusal: Exception | None) -> None:

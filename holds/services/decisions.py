@@ -2,7 +2,7 @@
 
 import json
 
-from django.db import connection
+from django.db import connection, transaction
 from django.utils import timezone
 
 from .. import rows
@@ -10,10 +10,11 @@ from ..auth import Actor, run_token_hash
 from ..errors import Invalid, NotFound
 from ..ids import HOLD, public_id
 from ..models import Action, AuditEvent, AuditKind, Hold, HoldItem, Invocation
-from ..policy import decide_refusal, hold_refusal
+from ..policy import decide_refusal, hold_refusal, may_approve_for_quorum, quorum_of, require
 from ..schemas import Asked, blank_to_none, validate_decision
 from ..words import ActorKind
 from . import ports, sql
+from .quorum import approve, is_approval, state
 from .transactions import insert_values, one_round_trip
 
 
@@ -49,6 +50,10 @@ def hold_decide(
     now() against expires_at, in the transaction that writes the per-item decisions and the
     resume invocation. A second, replayed or concurrent decision updates 0 rows and gets 409.
     `by_confidence`: approved item ids that the page's approve-by-confidence set, kept in the audit event.
+
+    A hold that needs a quorum (policy.quorum_of) takes an approval instead (services/quorum.py) and stays
+    pending, with `hold.quorum_state` set, until the Nth approval of the same data decides it; a reject or
+    feedback decides it at once. Every path (API, page, approve-all, by confidence, e-mail) comes here.
     """
     hold, items = _hold_to_decide(hold_id)
     if hold is None:
@@ -59,6 +64,21 @@ def hold_decide(
     decision, errors = validate_decision(body, asked=asked_items(hold, items))
     if errors:
         raise Invalid(errors)
+    quorum = quorum_of(hold)
+    if quorum is not None and is_approval(decision):
+        require(may_approve_for_quorum(actor, hold))
+        with transaction.atomic():
+            approvals = approve(hold, actor, decision)
+            if len(approvals) < quorum["approvals"]:
+                hold.quorum_state = state(hold, quorum)
+                return hold
+            # The Nth approval of the same data: decided here, under the same row lock.
+            return _decide(hold, items, decision, actor, by_confidence, approvals=approvals)
+    return _decide(hold, items, decision, actor, by_confidence)
+
+
+def _decide(hold, items, decision, actor: Actor, by_confidence, approvals=()) -> Hold:
+    """Writes the decision (a person's, or a quorum's whose last approval is `actor`'s) and its resume."""
     comment = blank_to_none(decision.comment)
     by_id = {d.id: d for d in decision.items}
     resume_items = []
@@ -87,6 +107,8 @@ def hold_decide(
         hold_id_ref=hold.pk,
         data={"actions": {i["id"]: i["action"] for i in resume_items}, "comment": comment},
     )
+    if approvals:
+        event.data["approvals"] = [a.label for a in approvals]
     if by_confidence:
         # Items that the page's approve-by-confidence set: calibration leaves them out.
         approved = {i["id"] for i in resume_items if i["action"] == Action.APPROVE}
@@ -94,7 +116,8 @@ def hold_decide(
     stamp = {
         "status": Hold.Status.DECIDED.value,
         "decided_at": timezone.now(),
-        "decided_by": actor.label,
+        # A quorum's decision names everyone whose approval counted (the column holds 200 characters).
+        "decided_by": ", ".join(a.label for a in approvals)[:200] if approvals else actor.label,
         "decided_by_user_id": actor.user.pk if actor.kind == ActorKind.USER else None,
         "decided_by_account_id": actor.account.pk if actor.kind == ActorKind.ACCOUNT else None,
         "comment": comment,

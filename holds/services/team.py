@@ -8,7 +8,7 @@ from ..auth import Actor, new_service_key
 from ..config import new_secret
 from ..errors import Conflict, Invalid, NotFound
 from ..models import AuditKind, Capability, Membership, Role, ServiceAccount
-from ..policy import may_manage_team, require
+from ..policy import may_manage_team, quorum_pool, require
 from ..words import ActorKind
 from .audit import audit
 from .rules import current_rule_set, rules_save
@@ -24,6 +24,7 @@ DEFAULTS = {
     "notify": {},
     "remind_before": None,
     "confidence_default": None,
+    "quorum": None,
 }
 
 
@@ -50,6 +51,16 @@ def capabilities_sync(*, specs, actor: Actor) -> list[tuple[str, bool, str | Non
             for key, value in values.items():
                 setattr(capability, key, value)
             capability.from_file = sorted(spec.values)
+            if capability.quorum and quorum_pool(capability, capability.quorum) < capability.quorum["approvals"]:
+                raise Invalid(
+                    [
+                        {
+                            "field": f"{spec.name}.quorum",
+                            "message": f"needs {capability.quorum['approvals']} approvals but only "
+                            f"{quorum_pool(capability, capability.quorum)} people or service accounts may give one",
+                        }
+                    ]
+                )
             capability.save()
             changed = sorted(k for k in values if k != "secret" and before.get(k) != values[k]) if before else []
             if created or changed:
