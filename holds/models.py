@@ -818,3 +818,6 @@ class HoldApproval(models.Model):
                 fields=["hold", "account"], condition=Q(account__isnull=False), name="approval_once_account"
             ),
         ]
+
+    def __str__(self) -> str:
+        return f"{self.label} approved hold {self.hold_id}"

@@ -5,8 +5,7 @@ from .errors import Invalid
 from .ids import HOLD, RUN, public_id
 from .models import Hold, HoldItem, Invocation, Run, RunFile
 from .paging import decode_cursor, encode_cursor, read_page
-from .policy import quorum_of
-from .services.quorum import state as quorum_state
+from .queries import hold_quorum
 from .words import ActorKind
 
 
@@ -36,7 +35,7 @@ def hold_full(hold: Hold) -> dict:
         "decided_by": hold.decided_by or None,
         "decided_at": iso(hold.decided_at),
         "resume": resume,
-        **({"quorum": quorum_state(hold, quorum)} if (quorum := quorum_of(hold)) else {}),
+        **({"quorum": quorum} if (quorum := hold_quorum(hold)) else {}),
     }
 
 

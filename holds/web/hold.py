@@ -148,6 +148,7 @@ def _hold_context(request, hold: Hold, actor: Actor, form: DecisionForm | None =
         "actions": [(a, Action(a).label) for a in form.actions],
         "role": actor.role,
         "extend_choices": extend_choices(hold) if decider and open_ else [],
+        "quorum": queries.hold_quorum(hold),
         "bc_thresholds": ("0.5", "0.7", "0.8", "0.9", "0.95", "1.0"),
         **presence.hold_context(hold, request.user, shown=sees_presence(actor, hold)),
     }
@@ -205,7 +206,7 @@ def hold_decision(request, hold_id: str):
     try:
         # The same budget as decisions through the API: one person, one count.
         ratelimit.api_limit("decision", actor)
-        services.hold_decide(
+        decided = services.hold_decide(
             hold_id=hold.pk,
             actor=actor,
             body=body,
@@ -214,6 +215,12 @@ def hold_decision(request, hold_id: str):
         )
     except (Conflict, Forbidden, Invalid, NotFound, RateLimited) as exc:
         return _refused(request, queries.hold_for_page(hold.pk) or hold, exc)
+    if decided.status == Hold.Status.PENDING:
+        remaining = decided.quorum_state["remaining"]
+        messages.success(
+            request, f"Approval recorded. {remaining} more approval{'s' if remaining != 1 else ''} needed."
+        )
+        return see_other(reverse("hold", args=[hold.public_id]))
     messages.success(request, "Decision recorded. The agent will be resumed with it.")
     return see_other(reverse("hold", args=[hold.public_id]))
 
