@@ -1,16 +1,16 @@
 """A quorum under real concurrency on PostgreSQL: N approvals and a reject at once, each a thread with its
 own connection, give exactly one resume and the right outcome (SPEC "Quorum": races tested)."""
 
+import threading
+
 import pytest
+from django.db import connections
 
 from holds import services
 from holds.auth import actor_for_account
 from holds.errors import Conflict
 from holds.models import Hold, HoldApproval, Invocation
 from tests import factories
-import threading
-
-from django.db import connections
 
 pytestmark = [pytest.mark.django_db(transaction=True)]
 
