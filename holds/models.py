@@ -118,6 +118,8 @@ class Capability(models.Model):
     grants_version = models.PositiveIntegerField(default=0)
     # agentos.yaml's quorum: {"approvals": N, "from": [roles]}; NULL: one decision decides (SPEC "Quorum").
     quorum = models.JSONField(null=True, blank=True)
+    # agentos.yaml's escalate: [{"after": seconds, "notify": [roles or usernames]} | {"after", "expire": true}].
+    escalate = models.JSONField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 
@@ -133,6 +135,13 @@ class Membership(models.Model):
 
     user = models.OneToOneField(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="membership")
     role = models.CharField(max_length=10, choices=Role.choices, default=Role.MEMBER)
+    # Out of office (issue 34 delegation): between these times notifications and escalations meant for
+    # this person go to `delegate`, who already may decide every capability this person may (never a role).
+    away_from = models.DateTimeField(null=True, blank=True)
+    away_until = models.DateTimeField(null=True, blank=True)
+    delegate = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+", db_index=False
+    )
 
     def __str__(self) -> str:
         return f"{self.user} ({self.role})"
@@ -821,3 +830,20 @@ class HoldApproval(models.Model):
 
     def __str__(self) -> str:
         return f"{self.label} approved hold {self.hold_id}"
+
+
+class HoldEscalation(models.Model):
+    """One escalation step taken for one hold (services/escalation.py). The unique (hold, step) row is
+    the claim: two beats, or two workers, take a step once."""
+
+    hold = models.ForeignKey(Hold, on_delete=models.CASCADE, related_name="escalations")
+    step = models.PositiveSmallIntegerField()  # 1-based, as agentos.yaml lists them
+    # The people told ("ann", or "bob acting for ann" when ann is away), or ["expire"].
+    notified = models.JSONField(default=list)
+    at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["hold", "step"], name="one_escalation_per_hold_step")]
+
+    def __str__(self) -> str:
+        return f"hold {self.hold_id} step {self.step}"

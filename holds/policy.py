@@ -13,7 +13,7 @@ from django.db.models import BooleanField, Q
 from django.db.models.expressions import RawSQL
 from django.utils import timezone
 
-from .auth import Actor
+from .auth import Actor, role_of_user
 from .errors import Conflict, Forbidden, NotFound
 from .models import Capability, Hold, Role, Run, RunFile, ServiceAccount
 from .words import ActorKind
@@ -358,6 +358,63 @@ def quorum_pool(capability: Capability, quorum: dict) -> int:
     people = get_user_model().objects.filter(by_role, is_active=True).count()
     accounts = ServiceAccount.objects.filter(role__in=roles, revoked_at__isnull=True).count()
     return people + accounts
+
+
+# --- escalation and delegation (issue 34) -----------------------------------------------------------
+
+
+def acting_for(people, now) -> list[tuple]:
+    """(person told, the away person they act for or None) for each of these users: someone out of office
+    now (Membership.away_from..away_until) with a delegate is replaced by that delegate, "acting for"
+    them. The delegate was checked to decide the same capabilities when the window was set (delegation
+    never grants a role); an inactive delegate is skipped and the person is told as usual."""
+    out, seen = [], set()
+    for person in people:
+        membership = getattr(person, "membership", None)
+        delegate = membership.delegate if membership is not None else None
+        away = (
+            delegate is not None
+            and delegate.is_active
+            and membership.away_from is not None
+            and membership.away_from <= now < (membership.away_until or now)
+        )
+        told, for_whom = (delegate, person) if away else (person, None)
+        if (told.pk, for_whom.pk if for_whom else None) not in seen:
+            seen.add((told.pk, for_whom.pk if for_whom else None))
+            out.append((told, for_whom))
+    return out
+
+
+def escalation_people(hold: Hold, names: list[str]):
+    """Whom an escalation step names: roles (admin, member: the active people with it who may decide the
+    hold) and usernames (that active person)."""
+    roles = [n for n in names if n in (Role.ADMIN, Role.MEMBER)]
+    usernames = [n for n in names if n not in roles]
+    by_role = deciders_of(hold).filter(
+        Q(membership__role__in=roles) | (Q(is_superuser=True) if Role.ADMIN in roles else Q(pk__in=[]))
+    )
+    named = get_user_model().objects.filter(username__in=usernames, is_active=True)
+    return (by_role | named).distinct().select_related("membership__delegate").order_by("username")
+
+
+def _capabilities_of(role: str | None) -> set[int]:
+    if role is None:
+        return set()
+    return {c.pk for c in Capability.objects.only("pk", "approvers") if role in (c.approvers or [])}
+
+
+def may_delegate(actor: Actor, person, delegate) -> Forbidden | None:
+    """A person sets their own out-of-office (an admin may set anyone's); the delegate must be another
+    active person who already may decide every capability the person may."""
+    if actor.kind != ActorKind.SYSTEM and not actor.is_admin and (actor.user is None or actor.user.pk != person.pk):
+        return Forbidden("a person sets their own out-of-office; admins may set anyone's")
+    if delegate is None or not delegate.is_active or delegate.pk == person.pk:
+        return Forbidden("the delegate must be another active person")
+    missing = _capabilities_of(role_of_user(person)) - _capabilities_of(role_of_user(delegate))
+    if missing:
+        names = ", ".join(sorted(Capability.objects.filter(pk__in=missing).values_list("name", flat=True)))
+        return Forbidden(f"{delegate.username} may not decide {names}; delegation never grants a role")
+    return None
 
 
 def require(refusal: Exception | None) -> None:

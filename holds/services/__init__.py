@@ -31,6 +31,7 @@ from .delivery import (
     invocation_retry,
     invocations_due,
 )
+from .escalation import Taken, due_steps, escalation_take
 from .evals import (
     dataset_create,
     dataset_item_add,
@@ -59,6 +60,7 @@ from .team import (
     capability_set_approvers,
     person_add,
     person_set_active,
+    person_set_away,
     person_set_role,
     service_account_create,
     service_account_revoke,
@@ -76,6 +78,9 @@ __all__ = [
     "DEFAULTS",
     "Claim",
     "Expired",
+    "Taken",
+    "due_steps",
+    "escalation_take",
     "Outcome",
     "audit",
     "capabilities_sync",
@@ -111,6 +116,7 @@ __all__ = [
     "invocations_due",
     "person_add",
     "person_set_active",
+    "person_set_away",
     "person_set_role",
     "recordable_run_problem",
     "run_fail",

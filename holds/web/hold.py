@@ -149,6 +149,7 @@ def _hold_context(request, hold: Hold, actor: Actor, form: DecisionForm | None =
         "role": actor.role,
         "extend_choices": extend_choices(hold) if decider and open_ else [],
         "quorum": queries.hold_quorum(hold),
+        "escalations": list(hold.escalations.order_by("step")),
         "bc_thresholds": ("0.5", "0.7", "0.8", "0.9", "0.95", "1.0"),
         **presence.hold_context(hold, request.user, shown=sees_presence(actor, hold)),
     }
