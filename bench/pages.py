@@ -84,18 +84,29 @@ def stop_rollup(hours: int) -> None:
     """The state after beat stopped `hours` ago (run inside the database's Django): the audit log's
     newest day is moved to end a minute ago, so the live minutes hold what they hold at the
     history's rate however long ago it was seeded, and every seal of the last `hours` is undone
-    (rows and totals), so the rollup is that far behind."""
+    (rows and totals, the ops page's and calibration's), so the rollup is that far behind."""
     from django.db import connection, transaction
     from django.db.models import F, Sum
     from django.utils import timezone
 
-    from holds.models import AuditEvent, OpsHour, OpsTotal
-    from holds.rollup import floor_hour
+    from holds import calibration
+    from holds.models import AuditEvent, CalibrationTotal, OpsHour, OpsTotal
+    from holds.rollup import floor_hour, sealed_until
 
     now = timezone.now()
     cutoff = floor_hour(now) - timedelta(hours=hours)
     newest = AuditEvent.objects.order_by("-at").values_list("at", flat=True).first()
+    sealed = sealed_until()
     with transaction.atomic(), connection.cursor() as cursor:
+        # Calibration's totals of the seals undone below, tallied before the events move.
+        if sealed is not None and sealed > cutoff:
+            for (capability_id, field, bucket), (n, edited, total) in calibration.tally(cutoff, sealed).items():
+                totals = CalibrationTotal.objects.filter(capability_id=capability_id, field=field, bucket=bucket)
+                totals.update(
+                    decisions=F("decisions") - n,
+                    edited=F("edited") - edited,
+                    confidence_sum=F("confidence_sum") - total,
+                )
         # The audit log refuses updates (a trigger); a scratch database may skip it, as the seeder does.
         cursor.execute("SET LOCAL session_replication_role = replica")
         cursor.execute(
@@ -196,8 +207,6 @@ def main():
             "queue, next page": lambda n: "/?all=1",
             "hold page, 100 items": lambda n: f"/holds/{holds[n]}",
             "history": lambda n: "/history",
-            # Measured before stop_rollup below, which undoes the ops rows of its hours but not
-            # calibration's totals (a scratch database's state, never production's).
             "calibration": lambda n: "/calibration",
             # Issue 33: it reads no holds unless a backtest is asked for.
             "rules page": lambda n: "/capabilities/bench_cap_0/rules",
@@ -225,6 +234,7 @@ def main():
         for db, _ in dbs.values():
             shell(db, f"from bench.pages import stop_rollup\nstop_rollup({LAG_HOURS})\n")
         measure(f"ops, rollup {LAG_HOURS} h behind", lambda n: "/ops")
+        measure(f"calibration, rollup {LAG_HOURS} h behind", lambda n: "/calibration")
         for db, _ in dbs.values():
             shell(db, "from holds import rollup\nwhile rollup.rollup(): pass\n")
         measure("ops", lambda n: "/ops")
@@ -243,7 +253,8 @@ def main():
     for page, (small, big) in results.items():
         # The queue's goal is issue 9's; the ops page is held to the same one, as issue 7's
         # "stays fast with 1,000,000 holds", and so is it while the rollup lags (issue 21).
-        goal = 1.3 if page in ("queue", "calibration", "rules page") or page.startswith("ops") else None
+        # Calibration too, lagging included (issue 39); the rules page reads no holds (issue 33).
+        goal = 1.3 if page in ("queue", "rules page") or page.startswith(("ops", "calibration")) else None
         ratio = big / small
         rows.append(
             {

@@ -1,13 +1,14 @@
 """Decision → the agent receives its resume, and how fast a burst of resumes drains.
 
 Latency: >= 300 decisions, each against a bare Celery delay() → worker → HTTP POST hop in the
-same run (alternating), p50/p95/p99. Goal: decision p50 <= 3x the bare hop's p50.
+same run (alternating), p50/p95/p99. Goal (issue 39): decision p50 <= 2x the bare hop's p50.
 Drain: 2,000 resumes queued at once, then 2 worker processes start; resumes per second from the
-first arrival to the last. Goal >= 250/s. Then again with 10 % of them going to an agent that hangs
-until its timeout: the others still drain at >= 80 % of the first rate. Beside them, in the same
-rounds, the same workers drain two baselines (bench/hop.py): bare delay() → POST hops (the ceiling,
-no database) and the floor of exactly once (the hop between a claim and the recording of the
-answer). Three rounds of the four, alternating; medians.
+first arrival to the last. Beside them, in the same rounds, the same workers drain two baselines
+(bench/hop.py): bare delay() → POST hops (the ceiling, no database) and the floor of exactly once
+(the hop between a claim and the recording of the answer). Goal: the drain >= 75 % of the floor.
+Then again with 10 % of them going to an agent that hangs until its timeout: the others still drain
+at >= 90 % of the plain rate, as the median of the rounds' ratios. Five rounds of the four,
+alternating; medians.
 Real parts: PostgreSQL, a private Redis, `celery worker` processes (2 processes, RQ_BENCH_THREADS each).
 """
 
@@ -25,7 +26,7 @@ from bench.common import median, percentile, save, setup_django  # noqa: E402
 
 DECISIONS = int(os.environ.get("RQ_BENCH_DECISIONS", "300"))
 BURST = int(os.environ.get("RQ_BENCH_BURST", "2000"))
-DRAIN_ROUNDS = int(os.environ.get("RQ_BENCH_DRAIN_ROUNDS", "3"))
+DRAIN_ROUNDS = int(os.environ.get("RQ_BENCH_DRAIN_ROUNDS", "5"))
 # Threads per worker process, as production runs them (README). More threads cost every drain here,
 # the bare hop's too (24: a fifth of the rate, the threads contending for each process's GIL); a
 # hanging agent holds only a few of them, because its slow calls are capped per endpoint
@@ -222,6 +223,9 @@ def main():
                 flush=True,
             )
         rate, rate_hanging = median(rates), median(rates_hanging)
+        # The hanging ratio round by round (each round's two bursts ran side by side), then its median:
+        # one burst's rate moves by a fifth from round to round here.
+        hanging_ratio = median([h / r for h, r in zip(rates_hanging, rates, strict=True)])
         hop_rate, floor_rate = median(hop_rates), median(floor_rates)
     finally:
         procs.stop_all()
@@ -232,9 +236,9 @@ def main():
         [
             {
                 "figure": f"decision → agent receives resume, p50 (vs bare delay→POST hop, {len(decision_ms)} each)",
-                "goal": "<= 3.0x hop",
+                "goal": "<= 2.0x hop",
                 "measured": f"{d50 / h50:.2f}x ({d50:.1f} vs {h50:.1f} ms)",
-                "ok": d50 <= 3 * h50,
+                "ok": d50 <= 2 * h50,
             },
             {
                 "figure": "decision → agent receives resume, p95 / p99",
@@ -246,9 +250,9 @@ def main():
             {
                 "figure": f"burst of {BURST} resumes drains (2 worker processes × {THREADS} threads; "
                 f"median of {DRAIN_ROUNDS} rounds)",
-                "goal": ">= 250/s",
+                "goal": "(reported; the floor's ratio below is the goal)",
                 "measured": f"{rate:.0f}/s (rounds: {', '.join(f'{r:.0f}' for r in rates)})",
-                "ok": rate >= 250,
+                "ok": None,
             },
             {
                 "figure": f"ceiling: the same workers drain {BURST} bare delay→POST hops (no database; "
@@ -261,17 +265,18 @@ def main():
             {
                 "figure": f"floor of exactly once: the same hop between a claim and the recording of the answer "
                 f"(two statements, nothing else; {BURST} due invocations; median of {DRAIN_ROUNDS} rounds)",
-                "goal": "(reported)",
+                "goal": "drain >= 75 % of it",
                 "measured": f"{floor_rate:.0f}/s (rounds: {', '.join(f'{r:.0f}' for r in floor_rates)}); "
                 f"the resumes' drain is {rate / floor_rate:.0%} of it",
-                "ok": None,
+                "ok": rate >= 0.75 * floor_rate,
             },
             {
-                "figure": "the same with 10 % of agents hanging until timeout (others' rate)",
-                "goal": ">= 80 % of it",
-                "measured": f"{rate_hanging:.0f}/s = {rate_hanging / rate:.0%} "
-                f"(rounds, alternating with the above: {', '.join(f'{r:.0f}' for r in rates_hanging)})",
-                "ok": rate_hanging >= 0.8 * rate,
+                "figure": f"the same with 10 % of agents hanging until timeout (others' rate; median of the "
+                f"{DRAIN_ROUNDS} rounds' ratios)",
+                "goal": ">= 90 % of it",
+                "measured": f"{hanging_ratio:.0%}, {rate_hanging:.0f}/s (rounds, alternating with the above: "
+                f"{', '.join(f'{h:.0f} = {h / r:.0%}' for h, r in zip(rates_hanging, rates, strict=True))})",
+                "ok": hanging_ratio >= 0.9,
             },
         ],
     )

@@ -6,7 +6,8 @@ back), runs the sweep until nothing is due, then times sweeps with nothing due.
 
 Both the floor and the sweep run as RQ_SWEEPERS sweepers side by side (2: the beat's sweep and the
 helper a backlog asks for, holds.tasks.sweep_expired), each on its own connection.
-Goals (issue 5/9): >= 20,000 holds/s; an empty sweep < 50 ms.
+Goals: the sweep >= 55 % of its floor in the same run (issue 39; it was >= 20,000 holds/s, issues 5/9); an
+empty sweep < 50 ms.
 """
 
 import os
@@ -150,15 +151,15 @@ def main():
         [
             {
                 "figure": f"sweep at {total:,} holds ({expired:,} due), {sweepers} sweepers, holds expired per second",
-                "goal": ">= 20,000/s",
+                "goal": "(reported; its floor's ratio below is the goal)",
                 "measured": f"{rate:,.0f}/s",
-                "ok": rate >= 20_000,
+                "ok": None,
             },
             {
                 "figure": f"floor: the due holds' status alone, {sweepers} sweepers, no resumes or audit",
-                "goal": "(reported)",
+                "goal": "sweep >= 55 % of it",
                 "measured": f"{floor:,.0f}/s; the sweep is {rate / floor:.0%} of it",
-                "ok": None,
+                "ok": rate >= 0.55 * floor,
             },
             {
                 "figure": "sweep with nothing due (median of 30)",

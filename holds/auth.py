@@ -14,8 +14,7 @@ from dataclasses import dataclass
 
 from django.conf import settings
 
-from . import rows
-from .models import Capability, Invocation, Role, Run, ServiceAccount
+from .models import Invocation, Role, Run, ServiceAccount
 from .words import ActorKind
 
 TOKEN_PREFIX = "tok_"
@@ -42,24 +41,19 @@ def run_token_for(invocation_id: str) -> str:
     return f"{TOKEN_PREFIX}{invocation_id}.{base64.urlsafe_b64encode(mac).decode().rstrip('=')}"
 
 
+def push_token_for(run) -> str:
+    """The token Review Queue gives an A2A agent for its run's push notifications: only Review Queue can
+    make it, so a push that brings it comes from the agent it was given to (holds/protocols/a2a.py)."""
+    mac = hmac.new(_token_key(), f"a2a-push:{run.public_id}".encode(), hashlib.sha256).digest()
+    return base64.urlsafe_b64encode(mac).decode().rstrip("=")
+
+
 def run_token_hash(invocation_id: str) -> str:
     return sha256_hex(run_token_for(invocation_id))
 
 
-# run_token_hash(id) in PostgreSQL's own functions, for writes that create many invocations in one
-# statement (the sweep): HMAC-SHA256 spelt out as sha256(key^opad || sha256(key^ipad || id)), with
-# the two padded keys passed as parameters, then the token's base64url and its sha256. The key is
-# 32 bytes, shorter than SHA-256's 64-byte block, so it is zero-padded as HMAC does.
-# A test pins it against run_token_hash.
-RUN_TOKEN_HASH_SQL = (
-    "encode(sha256(convert_to('" + TOKEN_PREFIX + "' || {id} || '.' || rtrim(translate(encode("
-    "sha256(%(token_opad)s || sha256(%(token_ipad)s || convert_to({id}, 'UTF8'))), "
-    "'base64'), '+/', '-_'), '='), 'UTF8')), 'hex')"
-)
-
-
 def run_token_sql_params() -> dict[str, bytes]:
-    """The parameters of RUN_TOKEN_HASH_SQL: the token key padded and xored as HMAC does."""
+    """The parameters of services.sql.RUN_TOKEN_HASH: the token key padded and xored as HMAC does."""
     key = _token_key().ljust(hashlib.sha256().block_size, b"\0")
     return {
         "token_ipad": bytes(b ^ 0x36 for b in key),
@@ -131,56 +125,13 @@ def actor_for_invocation(invocation: Invocation) -> Actor:
     )
 
 
-# When the run token of invocation `i` (of run `r`) is live: from the invocation's first delivery
-# until it answers or is given up, never while the run is held or finished, nor once a later
-# invocation has superseded it. One predicate for the token lookup and for the ask, which checks its
-# token inside its own INSERT statement (services.hold_ask_by_token). Both select it as a column
-# of the row found by primary key, never as a WHERE condition: there the planner would walk the
-# partial index of live invocations (the outbox's) looking for the id, which grows with the backlog.
-LIVE_TOKEN_SQL = (
-    f"i.status IN ('{Invocation.Status.DELIVERING}', '{Invocation.Status.PENDING}') AND i.attempts > 0"
-    f" AND r.status = '{Run.Status.RUNNING}' AND i.seq = r.seq"
-)
-
-
-def _token_query() -> tuple:
-    columns = (rows.Columns(Invocation, "i"), rows.Columns(Run, "r"), rows.Columns(Capability, "c"))
-    sql = (
-        f"SELECT {', '.join(c.select() for c in columns)}, ({LIVE_TOKEN_SQL}) AS live"
-        f" FROM {Invocation._meta.db_table} i JOIN {Run._meta.db_table} r ON r.id = i.run_id"
-        f" JOIN {Capability._meta.db_table} c ON c.id = r.capability_id WHERE i.id = %s"
-    )
-    return sql, columns
-
-
-# Every agent request starts with this lookup, so it is written out once (holds/rows.py says why).
-TOKEN_QUERY = rows.Query(_token_query)
-
-
-def _live_invocation_with_run(invocation_id: str) -> Invocation | None:
-    row = TOKEN_QUERY.row([invocation_id])
-    if row is None or not row[-1]:  # the last column says whether the token is live
-        return None
-    return rows.with_run(*rows.build(TOKEN_QUERY.parts()[1], row))[0]
-
-
 def token_invocation_id(token: str) -> str | None:
     """The invocation a well-formed run token names, if its MAC is ours (no database needed; whether
-    the token is live is the database's to say, LIVE_TOKEN_SQL)."""
+    the token is live is the database's to say, services.sql.LIVE_TOKEN)."""
     invocation_id, dot, _ = token.removeprefix(TOKEN_PREFIX).partition(".")
     if not token.startswith(TOKEN_PREFIX) or not dot or not invocation_id.startswith("inv_"):
         return None
     return invocation_id if hmac.compare_digest(token.encode(), run_token_for(invocation_id).encode()) else None
-
-
-def invocation_for_token(token: str) -> Invocation | None:
-    """The invocation whose token this is, if that token is live now (LIVE_TOKEN_SQL)."""
-    invocation_id = token_invocation_id(token)
-    invocation = _live_invocation_with_run(invocation_id) if invocation_id else None
-    # The stored hash too: a token is only ever the one its invocation was given.
-    if invocation is None or not hmac.compare_digest(invocation.token_hash, sha256_hex(token)):
-        return None
-    return invocation
 
 
 def account_for_key(key: str) -> ServiceAccount | None:

@@ -17,6 +17,7 @@ from django.utils import timezone
 from .ids import HOLD, public_id
 from .models import Action, Capability, HoldItem
 from .rules import Rule, activation, compile_list, compile_when, first_true, item_context, uses_flags
+from .services import gateway, sql
 
 DAYS = 90
 MAX_ITEMS = 100_000
@@ -85,26 +86,13 @@ class Backtest:
 
 def _rows(capability: Capability, since, with_input: bool):
     """(hold id, item id, title, data, lowest confidence, offers approve, person's action, run input) per
-    item. What needs no Python (the lowest confidence, whether approve is offered) is computed by
-    PostgreSQL, so that each row costs one JSON decode: its data."""
+    item, by services.sql.backtest_rows's one statement."""
     data = HoldItem._meta.get_field("data")
-    run_input = "r.input" if with_input else "NULL"
-    join = " JOIN holds_run r ON r.id = h.run_id" if with_input else ""
-    statement = (
-        "SELECT h.id, i.item_id, i.title, i.data,"
-        " (SELECT min(c.value::float8) FROM jsonb_each(i.confidence) AS c WHERE jsonb_typeof(c.value) = 'number'),"
-        f" COALESCE(i.actions, h.actions) ? 'approve', i.action, {run_input}"
-        f" FROM holds_hold h JOIN holds_holditem i ON i.hold_id = h.id{join}"
-        " WHERE h.capability_id = %s AND h.status = 'decided' AND h.decided_at >= %s"
-        " AND i.decided_by IS NULL AND i.action <> ''"
-        " ORDER BY h.decided_at DESC, i.hold_id DESC, i.position LIMIT %s"
-    )
     decode = data.from_db_value
-    with connection.cursor() as cursor:
-        cursor.execute(statement, [capability.pk, since, MAX_ITEMS])
-        for hold_id, item_id, title, raw, lowest, offers, action, run_raw in cursor:
-            run = decode(run_raw, None, connection) if run_raw is not None else None
-            yield hold_id, item_id, title, decode(raw, None, connection), lowest, offers, action, run
+    rows = gateway.fetch(sql.backtest_rows(with_input), [capability.pk, since, MAX_ITEMS])
+    for hold_id, item_id, title, raw, lowest, offers, action, run_raw in rows:
+        run = decode(run_raw, None, connection) if run_raw is not None else None
+        yield hold_id, item_id, title, decode(raw, None, connection), lowest, offers, action, run
 
 
 def backtest(capability: Capability, *, rules: list[Rule] = (), grant_when: str | None = None) -> Backtest:

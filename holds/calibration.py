@@ -9,6 +9,10 @@ about the agent and are left out.
 Kept like the ops sums (holds/rollup.py): each span of the audit log that the ops rollup seals is
 tallied here in the same transaction into CalibrationTotal, and a request adds only the live tail
 since the last seal (at most rollup.LIVE_LIMIT of decisions), so the page does not grow with history.
+
+One hold may state confidence for thousands of keys (20,000 made the page 6.9 s and 16.2 MB for
+everyone, for good once sealed), so a capability keeps at most MAX_FIELDS fields: the sealed ones
+first, then new ones as they come; what comes past them is counted under OTHER_FIELDS.
 """
 
 from dataclasses import dataclass
@@ -25,6 +29,9 @@ LABELS = {f"{low:g}": label for low, label in BUCKETS}
 # A field is flagged when its 0.9+ values were changed more often than this, over enough decisions.
 FLAG_RATE = 0.2
 FLAG_MIN_DECISIONS = 20
+MAX_FIELDS = 100  # per capability, OTHER_FIELDS included
+OTHER_FIELDS = "(other fields)"
+FIELD_CHARS = 200  # CalibrationTotal.field
 
 
 def bucket_of(confidence: float) -> str:
@@ -70,16 +77,51 @@ def tally(start: datetime | None, end: datetime | None = None) -> dict[tuple[int
             if isinstance(value, bool) or not isinstance(value, (int, float)):
                 continue
             changed = action in (Action.REJECT, Action.FEEDBACK) or (action == Action.EDIT and field in edited)
-            row = counts.setdefault((capability_id, field, bucket_of(value)), [0, 0, 0.0])
+            row = counts.setdefault((capability_id, field[:FIELD_CHARS], bucket_of(value)), [0, 0, 0.0])
             row[0] += 1
             row[1] += int(changed)
             row[2] += float(value)
     return counts
 
 
+def bound_fields(sums: dict, known: dict[int, set[str]]) -> dict:
+    """`sums` ((capability id, field, bucket) -> [decisions, edited, confidence sum]) with at most
+    MAX_FIELDS fields per capability: the `known` ones (already sealed), then the others by most
+    decisions; the rest are added up under OTHER_FIELDS."""
+    decisions: dict = {}
+    for (capability_id, field, _), (n, _, _) in sums.items():
+        per = decisions.setdefault(capability_id, {})
+        per[field] = per.get(field, 0) + n
+    kept: dict[int, set[str]] = {}
+    for capability_id, per in decisions.items():
+        sealed = set(known.get(capability_id, ())) - {OTHER_FIELDS}
+        chosen = sealed & set(per)
+        room = MAX_FIELDS - 1 - len(sealed)
+        others = sorted((f for f in per if f not in chosen), key=lambda f: (-per[f], f))
+        chosen |= set(others[: max(room, 0)])
+        kept[capability_id] = chosen | {OTHER_FIELDS}
+    bounded: dict = {}
+    for (capability_id, field, bucket), values in sums.items():
+        field = field if field in kept[capability_id] else OTHER_FIELDS
+        into = bounded.setdefault((capability_id, field, bucket), [0, 0, 0.0])
+        for i, value in enumerate(values):
+            into[i] += value
+    return bounded
+
+
+def _sealed_fields(capability_ids) -> dict[int, set[str]]:
+    known: dict[int, set[str]] = {}
+    rows = CalibrationTotal.objects.filter(capability_id__in=list(capability_ids)).values_list("capability_id", "field")
+    for capability_id, field in rows.distinct():
+        known.setdefault(capability_id, set()).add(field)
+    return known
+
+
 def seal(start: datetime, end: datetime) -> None:
     """Adds [start, end) to the totals; the caller's transaction is the ops rollup's seal of that span."""
-    for (capability_id, field, bucket), (n, edited, total) in tally(start, end).items():
+    counts = tally(start, end)
+    counts = bound_fields(counts, _sealed_fields({key[0] for key in counts}))
+    for (capability_id, field, bucket), (n, edited, total) in counts.items():
         updated = CalibrationTotal.objects.filter(capability_id=capability_id, field=field, bucket=bucket).update(
             decisions=F("decisions") + n, edited=F("edited") + edited, confidence_sum=F("confidence_sum") + total
         )
@@ -151,6 +193,7 @@ def report(*, capability: Capability | None, tail_start: datetime) -> list[Field
         into[0] += n
         into[1] += edited
         into[2] += total
+    sums = bound_fields(sums, _sealed_fields({key[0] for key in sums}))
     missing = {key[0] for key in sums} - set(names)
     names.update(Capability.objects.filter(pk__in=missing).values_list("pk", "name"))
     fields: dict = {}

@@ -15,7 +15,7 @@ from pathlib import Path
 import jsonschema
 import yaml
 
-from .models import Role
+from .models import Protocol, Role
 from .rules import check_rules
 
 KEYS = {
@@ -30,6 +30,7 @@ KEYS = {
     "self_approval",
     "remind_before",
     "confidence_default",
+    "protocol",
     "rules",
     "quorum",
     "escalate",
@@ -39,6 +40,10 @@ DURATION = re.compile(r"^(\d+(?:\.\d+)?)(ms|s|m|h|d)?$")
 UNITS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, None: 1}
 # remind_before spans what a hold may live (SPEC: expires_in is at most 30 days).
 MAX_REMIND_BEFORE = 30 * 86400
+# Without a capability's remind_before: the reminder's window before expiry, for holds that lived
+# REMIND_MIN_LIFE (notifications.due).
+REMIND_BEFORE = timedelta(hours=1)
+REMIND_MIN_LIFE = timedelta(hours=2)
 NAME = re.compile(r"^[A-Za-z0-9_.-]{1,100}$")
 
 
@@ -113,6 +118,11 @@ def _capability(base: Path, name: str, raw) -> tuple[CapabilitySpec, list[str]]:
         errors.append("key 'endpoint': required, an http(s) URL")
     else:
         spec.values["endpoint"] = endpoint.rstrip("/")
+    if "protocol" in raw:
+        if raw["protocol"] not in Protocol.values:
+            errors.append(f"key 'protocol': one of {', '.join(Protocol.values)}")
+        else:
+            spec.values["protocol"] = raw["protocol"]
     if "version" in raw:
         if not isinstance(raw["version"], (str, int)) or isinstance(raw["version"], bool):
             errors.append("key 'version': a string")

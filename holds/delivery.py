@@ -17,7 +17,8 @@ from django.utils import timezone
 
 from . import services
 from .auth import run_token_for
-from .models import Invocation
+from .models import Invocation, Protocol
+from .protocols import exchange
 from .words import DeliveryResult, OutcomeKind
 
 ERROR_EXCERPT = 300
@@ -209,6 +210,18 @@ def deliver(invocation_id: str, *, client: httpx.Client | None = None) -> str:
     return services.invocation_record(invocation_id=invocation.id, attempt=claim.attempt, outcome=outcome)
 
 
+def signed_headers(invocation: Invocation, body: bytes) -> dict:
+    """Standard Webhooks headers: every attempt is signed afresh; only webhook-id and the body repeat."""
+    timestamp = int(time.time())
+    return {
+        "content-type": "application/json",
+        "webhook-id": invocation.id,
+        "webhook-timestamp": str(timestamp),
+        "webhook-signature": sign(invocation.run.capability.secret, invocation.id, timestamp, body),
+        "user-agent": "ReviewQueue/0",
+    }
+
+
 def _call(claim: services.Claim, url: str, client: httpx.Client | None) -> services.Outcome | None:
     """Sends the claimed invocation and classifies what came back (None: not sent, it waits)."""
     invocation = claim.invocation
@@ -222,15 +235,13 @@ def _call(claim: services.Claim, url: str, client: httpx.Client | None) -> servi
             reason="deferred: the endpoint gave no answer within its timeout; another delivery is trying it",
         )
         return None
+    if capability.protocol != Protocol.AGENTOS:
+        # AG-UI and A2A (holds/protocols/): their own wire, this claim, lease and retries.
+        return exchange(
+            claim, client or shared_client(), signed_headers=lambda b: signed_headers(invocation, b), classify=classify
+        )
     body = json.dumps(invocation_body(invocation), separators=(",", ":")).encode()
-    timestamp = int(time.time())
-    headers = {
-        "content-type": "application/json",
-        "webhook-id": invocation.id,
-        "webhook-timestamp": str(timestamp),
-        "webhook-signature": sign(capability.secret, invocation.id, timestamp, body),
-        "user-agent": "ReviewQueue/0",
-    }
+    headers = signed_headers(invocation, body)
     started_at = timezone.now()
     start = time.monotonic()
     response, error, timed_out = None, "", False

@@ -33,12 +33,12 @@ class Conflict(ServiceError):
 
 
 class QuotaExceeded(Conflict):
-    """A run is over one of its quotas (RQ_RUN_MAX_*); `quota` names which."""
+    """A run (its tree, its caller) or a dataset is over one of its quotas; `quota` names which."""
 
     code = "quota_exceeded"
 
-    def __init__(self, quota: str, limit: int):
-        super().__init__(f"this run is over its {quota} quota ({limit})", quota=quota, limit=limit)
+    def __init__(self, quota: str, limit: int, whose: str = "this run"):
+        super().__init__(f"{whose} is over its {quota} quota ({limit})", quota=quota, limit=limit)
 
 
 class Invalid(ServiceError):

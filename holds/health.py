@@ -4,10 +4,11 @@ import logging
 import time
 
 from django.conf import settings
-from django.db import connection
 from django.http import JsonResponse
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET
+
+from .services import gateway, sql
 
 log = logging.getLogger(__name__)
 
@@ -24,9 +25,7 @@ def _check(probe) -> dict:
 
 
 def _database() -> None:
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT 1")
-        cursor.fetchone()
+    gateway.fetch(sql.PING)
 
 
 def _broker() -> None:

@@ -1,19 +1,26 @@
 """Agent markdown -> sanitised HTML, rendered once when a hold is asked, under a time and size budget.
 
-Python-Markdown takes quadratic time on some inputs (runs of `[`: 12 KB took 21.8 s) and recurses
-on deep nesting (about 300 list levels raise RecursionError), so agent text is never rendered on a
-page view. At the ask, text that is short and has few brackets renders in process (the common case,
-no cost added to the ask); anything else renders in a child process (`python -m holds.markup`) that
-is killed at the time budget. Past the budget, or over the size budget, nothing is stored and the
-page shows the text escaped, as plain text, with a note. This module imports no Django, so the child
-starts fast.
+Python-Markdown takes quadratic time on some inputs (runs of `[`: 12 KB took 21.8 s; 62 items of
+`*a` took 5.7-8.4 s) and recurses on deep nesting (about 300 list levels raise RecursionError), so
+agent text is never rendered on a page view. At the ask, the whole ask's text renders in the web
+process only when it is small in every way that costs (IN_PROCESS_*: a few milliseconds at worst);
+anything else renders in a child process (`python -m holds.markup`, at the lowest CPU priority)
+that is killed at the time budget. Children are bounded service-wide (on one host) by CHILD_SLOTS
+lock files: an ask that finds no free slot within its budget is over it. Past the budget, or over
+the size budget, nothing is stored and the page shows the text escaped, as plain text, with a note.
+This module imports no Django, so the child starts fast.
 """
 
+import fcntl
+import os
 import subprocess
 import sys
+import tempfile
 import threading
+import time
 import unicodedata
 import xml.etree.ElementTree as etree
+from contextlib import contextmanager
 from functools import lru_cache
 
 import bleach
@@ -24,9 +31,17 @@ from markdown.treeprocessors import Treeprocessor
 # The whole ask's markdown (the hold's details and every item's) is rendered under these budgets.
 MAX_BYTES = 256 * 1024
 MAX_SECONDS = 2.0
-# In process only below these: the known slow inputs need long runs of brackets or deep nesting.
+# In process only when the whole ask is below all of these (the slow inputs need many markup
+# characters, long texts or deep nesting; within them the worst input found took under 20 ms of CPU).
 IN_PROCESS_CHARS = 4096
-IN_PROCESS_BRACKETS = 64
+IN_PROCESS_MARKUP = 128  # characters that open or close inline markup, and quote markers
+IN_PROCESS_LINES = 128
+MARKUP_CHARS = frozenset("*_[]`<>\\!~|")
+# The child lowers its CPU priority before it imports anything: the cores go to requests first.
+CHILD = [sys.executable, "-c", "import os, runpy; os.nice(19); runpy.run_module('holds.markup', run_name='__main__')"]
+# Child processes rendering at once on this host, whatever the number of web processes and threads.
+CHILD_SLOTS = int(os.environ.get("RQ_MARKDOWN_CHILDREN", "2"))
+SLOT_DIR = os.environ.get("RQ_MARKDOWN_SLOT_DIR") or os.path.join(tempfile.gettempdir(), f"rq-markdown-{os.getuid()}")
 
 # --- hidden characters ----------------------------------------------------------------------------
 
@@ -183,26 +198,64 @@ def to_html(text: str) -> str:
     return _cleaner().clean(_markdown().convert(reveal(text)))
 
 
-def _in_process(texts: list[str]) -> bool:
-    return all(len(t) <= IN_PROCESS_CHARS and t.count("[") <= IN_PROCESS_BRACKETS for t in texts)
+def in_process(texts: list[str]) -> bool:
+    """Whether the whole ask's text is cheap enough to render in the web process."""
+    chars = sum(len(t) for t in texts)
+    if chars > IN_PROCESS_CHARS:
+        return False
+    marks = sum(1 for t in texts for ch in t if ch in MARKUP_CHARS)
+    lines = sum(t.count("\n") + 1 for t in texts if t)
+    return marks <= IN_PROCESS_MARKUP and lines <= IN_PROCESS_LINES
+
+
+@contextmanager
+def child_slot(deadline: float):
+    """One of CHILD_SLOTS lock files on this host, held while a child renders; yields False when none
+    came free before `deadline` (time.monotonic). The kernel frees a slot if its holder dies."""
+    os.makedirs(SLOT_DIR, mode=0o700, exist_ok=True)
+    while True:
+        for n in range(CHILD_SLOTS):
+            fd = os.open(os.path.join(SLOT_DIR, f"slot-{n}"), os.O_RDWR | os.O_CREAT, 0o600)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                os.close(fd)
+                continue
+            try:
+                yield True
+            finally:
+                os.close(fd)  # closing releases the lock
+            return
+        if time.monotonic() >= deadline:
+            yield False
+            return
+        time.sleep(0.02)
 
 
 def render_all(texts: list[str], *, seconds: float = MAX_SECONDS) -> list[str] | None:
     """Each text's sanitised HTML, or None when the texts together are over the size or time budget."""
     if sum(len(t.encode()) for t in texts) > MAX_BYTES:
         return None
-    if _in_process(texts):
+    if in_process(texts):
         try:
             return [to_html(t) for t in texts]
         except RecursionError:
             return None
+    deadline = time.monotonic() + seconds
     payload = "\0".join(texts).encode()
-    try:
-        done = subprocess.run(
-            [sys.executable, "-m", "holds.markup"], input=payload, capture_output=True, timeout=seconds, check=True
-        )
-    except (subprocess.TimeoutExpired, subprocess.CalledProcessError):
-        return None
+    with child_slot(deadline) as free:
+        if not free:
+            return None
+        try:
+            done = subprocess.run(
+                CHILD,
+                input=payload,
+                capture_output=True,
+                timeout=max(deadline - time.monotonic(), 0.01),
+                check=True,
+            )
+        except (subprocess.TimeoutExpired, subprocess.CalledProcessError):
+            return None
     return done.stdout.decode().split("\0")
 
 

@@ -85,9 +85,19 @@ class InvocationStatus(models.TextChoices):
     CANCELLED = "cancelled"  # the run finished before it was sent
 
 
+class Protocol(models.TextChoices):
+    """How Review Queue talks to a capability's agent (agentos.yaml's `protocol`)."""
+
+    AGENTOS = "agentos", "agentos invoke"
+    AG_UI = "ag-ui", "AG-UI"
+    A2A = "a2a", "A2A"
+
+
 class Capability(models.Model):
     name = models.CharField(max_length=100, unique=True)
     endpoint = models.URLField(max_length=500)
+    # agentos: POST {endpoint}/invoke (SPEC); ag-ui and a2a: holds/protocols/.
+    protocol = models.CharField(max_length=10, choices=Protocol.choices, default=Protocol.AGENTOS)
     version = models.CharField(max_length=50, default="1")
     timeout_seconds = models.FloatField(default=30)
     input_schema = models.JSONField(null=True, blank=True)
@@ -97,7 +107,7 @@ class Capability(models.Model):
     secret = models.CharField(max_length=200)
     notify = models.JSONField(default=dict, blank=True)
     # agentos.yaml's remind_before: approvers hear once when a pending hold's time left falls below it;
-    # NULL keeps the default rule (notifications.REMIND_BEFORE, for holds that lived long enough).
+    # NULL keeps the default rule (config.REMIND_BEFORE, for holds that lived long enough).
     remind_before = models.DurationField(null=True, blank=True)
     # agentos.yaml's confidence_default: the confidence of an item that states none, for approve by
     # confidence; NULL: such items stay undecided.

@@ -22,14 +22,13 @@ from django.template.loader import render_to_string
 from django.urls import reverse
 from django.utils import timezone
 
+from .config import REMIND_BEFORE, REMIND_MIN_LIFE
 from .models import Capability, Hold, Notification
 from .policy import acting_for, deciders_of
 
 log = logging.getLogger(__name__)
 
 CHANNELS = (Notification.Channel.EMAIL, Notification.Channel.WEBHOOK)
-REMIND_BEFORE = timedelta(hours=1)
-REMIND_MIN_LIFE = timedelta(hours=2)
 CLAIM_FOR = timedelta(minutes=2)
 # A hold's on-commit enqueue gets this long before beat's catch-up sends for it instead.
 CATCH_UP_AFTER = timedelta(minutes=1)
@@ -49,7 +48,8 @@ def due(*, now=None) -> list[tuple[str, list[int]]]:
 
     A capability's `remind_before` reminds once when a hold's time left falls below it (a hold asked
     with less time left than that never was above it); without it, holds that lived REMIND_MIN_LIFE
-    are reminded REMIND_BEFORE ahead. An extension deletes the reminder's rows, which re-arms it.
+    are reminded REMIND_BEFORE ahead. An extension past the window deletes the reminder's rows,
+    which re-arms it (services.hold_extend).
     """
     now = now or timezone.now()
     pending = Hold.objects.filter(status=Hold.Status.PENDING)

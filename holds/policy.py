@@ -207,6 +207,13 @@ def may_read_hold(actor: Actor, hold: Hold) -> Forbidden | NotFound | None:
     return may_read(actor)
 
 
+def readable_holds(actor: Actor, holds):
+    """may_read_hold as a filter on a queryset (the API's list): a run token's own run's holds."""
+    if actor.kind == ActorKind.RUN:
+        return holds.filter(run_id=actor.run.pk)
+    return holds if may_read(actor) is None else holds.none()
+
+
 def may_read_run(actor: Actor, run: Run) -> Forbidden | NotFound | None:
     if actor.kind == ActorKind.RUN:
         return None if run.pk == actor.run.pk else NotFound(f"run {run.public_id} does not exist")

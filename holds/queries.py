@@ -10,12 +10,11 @@ from datetime import datetime, timedelta
 
 from django.db.models import F, Q, Value
 from django.utils import timezone
-from django.utils.dateparse import parse_datetime
 
 from .auth import Actor
 from .ids import FILE, parse_public_id
 from .models import Capability, Hold, HoldItem, Invocation, RunFile
-from .paging import PAGE_SIZE, decode_cursor, encode_cursor, read_page
+from .paging import PAGE_SIZE, encode_cursor, read_cursor, read_page
 from .policy import decidable_holds, quorum_of
 from .services.quorum import state as quorum_state
 
@@ -29,8 +28,11 @@ class Page:
     cursor: str  # the cursor this page was read after ("" for the first page)
 
 
-def _when(text) -> datetime | None:
-    return parse_datetime(text) if isinstance(text, str) else None
+# What a cursor of each list carries (paging.read_cursor): anything else is a crafted link, 400.
+# The queue: when its first page was read, the last row's bucket, claimed, expires_at, created_at, pk.
+QUEUE_CURSOR = ("when", "int", "int", "when?", "when", "int")
+# History: the last row's decided_at, a place kept for a second key, its pk.
+HISTORY_CURSOR = ("when", "none", "int")
 
 
 def _queue_base(actor: Actor, capabilities: list[Capability], *, show_all: bool, capability: Capability | None):
@@ -78,10 +80,8 @@ def queue_page(
     holds = _queue_base(actor, capabilities, show_all=show_all, capability=capability)
     if search:
         holds = holds.filter(search_text__contains=search.lower())
-    after = decode_cursor(cursor, 6)
-    now = _when(after[0]) if after else None
-    if now is None:
-        after, now = None, timezone.now()
+    after = read_cursor(cursor, QUEUE_CURSOR)
+    now = after[0] if after else timezone.now()
     order = (F("expires_at").asc(nulls_last=True), "created_at", "pk")
     parts = []
     for bucket, claimed, where in _segments(now):
@@ -91,7 +91,7 @@ def queue_page(
             if (bucket, claimed) < key:
                 continue
             if (bucket, claimed) == key:
-                expires, created, pk = _when(after[3]), _when(after[4]), after[5]
+                expires, created, pk = after[3], after[4], after[5]
                 tail = Q(created_at__gt=created) | Q(created_at=created, pk__gt=pk)
                 part = part.filter(
                     tail if expires is None else Q(expires_at__gt=expires) | Q(expires_at=expires) & tail
@@ -154,9 +154,9 @@ def history_page(*, capability: Capability | None = None, status: str = "", sear
         holds = holds.filter(capability=capability)
     if search:
         holds = holds.filter(search_text__contains=search.lower())
-    after = decode_cursor(cursor, 3)
-    if after and _when(after[0]) is not None:
-        decided, pk = _when(after[0]), after[2]
+    after = read_cursor(cursor, HISTORY_CURSOR)
+    if after:
+        decided, pk = after[0], after[2]
         holds = holds.filter(Q(decided_at__lt=decided) | Q(decided_at=decided, pk__lt=pk))
     holds = holds.select_related("capability").order_by("-decided_at", "-pk")
     rows, more = read_page(holds)

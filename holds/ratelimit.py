@@ -7,6 +7,9 @@ Rates are settings, read on every call so that tests and operators can change th
     RQ_RATE_DECISION  per service-account key or person      default "120/m"
     RQ_RATE_LOGIN     per client IP, failed sign-ins          default "20/5m"
     RQ_RATE_RUN_START per caller of POST /v0/runs             default "120/m"
+    RQ_RATE_CLAIM     per person, claims and releases         default "30/h"
+    RQ_RATE_DATASET   per caller, dataset items added         default "600/h"
+    RQ_RATE_EXPERIMENT_RUNS per caller, runs experiments start default "1000/h"
 
 A rate is "N/period" with the period in seconds (`30s`, or a bare number), minutes (`m`, `5m`),
 hours (`h`) or days (`d`); "" or "off" turns that limit off. Identities are hashed before they
@@ -30,7 +33,15 @@ from .words import ActorKind
 
 log = logging.getLogger(__name__)
 
-DEFAULTS = {"ask": "30/m", "decision": "120/m", "login": "20/5m", "run_start": "120/m"}
+DEFAULTS = {
+    "ask": "30/m",
+    "decision": "120/m",
+    "login": "20/5m",
+    "run_start": "120/m",
+    "claim": "30/h",
+    "dataset": "600/h",
+    "experiment_runs": "1000/h",
+}
 UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 RATE = re.compile(r"^\s*(\d+)\s*/\s*(\d*)\s*([smhd]?)\s*$")
 
@@ -80,8 +91,9 @@ def _retry_after(rate: Rate, now: float, window: int) -> int:
     return max(1, math.ceil((window + 1) * rate.period - now))
 
 
-def hit(scope: str, ident: str) -> int:
-    """Counts one request of `ident` in `scope`: 0 when allowed, else the seconds until it may retry."""
+def hit(scope: str, ident: str, cost: int = 1) -> int:
+    """Counts `cost` (one request, or the runs of one experiment) for `ident` in `scope`: 0 when
+    allowed, else the seconds until it may retry."""
     found = _window(scope, ident)
     if found is None:
         return 0
@@ -89,10 +101,10 @@ def hit(scope: str, ident: str) -> int:
     try:
         cache.add(key, 0, timeout=rate.period + 5)
         try:
-            count = cache.incr(key)
+            count = cache.incr(key, cost)
         except ValueError:  # the window's key expired between add and incr: this is its first hit
-            cache.set(key, 1, timeout=rate.period + 5)
-            count = 1
+            cache.set(key, cost, timeout=rate.period + 5)
+            count = cost
     except Exception:  # noqa: BLE001 - a cache outage must not stop agents or reviewers: fail open
         log.warning("rate limit %s not counted: the cache is unavailable", scope, exc_info=True)
         return 0
@@ -147,13 +159,13 @@ def identity(actor) -> str:
     return actor.caller_key
 
 
-def api_limit(scope: str, actor) -> None:
+def api_limit(scope: str, actor, cost: int = 1) -> None:
     """Raises 429 when `actor` (a run token, a key or a person) is over `scope`'s rate."""
-    limit(scope, identity(actor))
+    limit(scope, identity(actor), cost)
 
 
-def limit(scope: str, ident: str) -> None:
+def limit(scope: str, ident: str, cost: int = 1) -> None:
     """Raises 429 when `ident` is over `scope`'s rate."""
-    retry_after = hit(scope, ident)
+    retry_after = hit(scope, ident, cost)
     if retry_after:
         raise RateLimited(f"too many {scope} requests; try again in {retry_after} s", retry_after=retry_after)

@@ -7,7 +7,7 @@ Counting holds per request would scan a table that only grows (1,000,000 holds a
   from the audit log, which already records every one of those events, in two parts: sealed
   hours (`OpsHour`, summed into `OpsTotal` in the same transaction) and the live tail since the
   last sealed hour, an `at` range of the audit log that beat keeps at a few minutes.
-No views, requests or services here: the ops views (ops_views.py), /metrics (metrics.py) and
+No views, requests or services here: the ops page (web/ops.py), /metrics (metrics.py) and
 beat's tasks read and seal through these functions.
 """
 

@@ -12,14 +12,18 @@ from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
 import jsonschema
-import jsonschema_rs
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError, field_validator
 
+from .canonical import canonical_json
+from .item_schemas import bound_problems, compile_problems, item_validator
 from .words import Action
 
 # The wire's action words are words.Action's; a Literal keeps the published schema a plain enum.
 ACTIONS = tuple(Action.values)
 ActionWord = Literal[ACTIONS]
+# What a rule or grant may decide by itself (a rule's `then` also takes ask and a quorum).
+DecisiveAction = Literal[Action.APPROVE.value, Action.REJECT.value]
+RuleThen = Literal[Action.APPROVE.value, Action.REJECT.value, "ask"]
 
 
 NonEmpty = Annotated[str, StringConstraints(min_length=1)]
@@ -31,16 +35,6 @@ MIN_EXPIRES_IN = 60
 MAX_EXPIRES_IN = 30 * 24 * 3600
 # SPEC "Per-item actions, details and schema": each at most 64 KiB (UTF-8 bytes; the schema as compact JSON).
 MAX_ITEM_DETAILS_BYTES = 64 * 1024
-MAX_ITEM_SCHEMA_BYTES = 64 * 1024
-DRAFT_2020_12 = "https://json-schema.org/draft/2020-12/schema"
-DRAFT_07 = "http://json-schema.org/draft-07/schema"
-# `$schema` as written -> the validator of that draft (an absent `$schema` means 2020-12).
-DRAFTS = {
-    DRAFT_2020_12: jsonschema_rs.Draft202012Validator,
-    DRAFT_2020_12 + "#": jsonschema_rs.Draft202012Validator,
-    DRAFT_07: jsonschema_rs.Draft7Validator,
-    DRAFT_07 + "#": jsonschema_rs.Draft7Validator,
-}
 
 
 class Strict(BaseModel):
@@ -146,12 +140,16 @@ def _dedupe(errors: list[dict]) -> list[dict]:
     return out
 
 
-def validate_ask(body: Any) -> tuple[AskIn | None, list[dict]]:
+def validate_ask(body: Any, *, compile_schemas: bool = True) -> tuple[AskIn | None, list[dict]]:
+    """The ask checked whole. Its item schemas are bounded first and compiled only within the bounds;
+    `compile_schemas=False` leaves compiling to a later call that knows the token is live (item_schemas:
+    compiling is the costly part)."""
     ask, errors = _pydantic_errors(AskIn, body)
     if not isinstance(body, dict):
         return None, errors
     errors += _repeats(body.get("actions"), "actions")
     items = body.get("items")
+    schemas = []
     if isinstance(items, list):
         ids = set()
         for i, item in enumerate(items):
@@ -164,7 +162,7 @@ def validate_ask(body: Any) -> tuple[AskIn | None, list[dict]]:
                 ids.add(item_id)
             errors += _repeats(item.get("actions"), f"items[{i}].actions")
             if isinstance(item.get("schema"), dict):
-                errors += [{"field": f"items[{i}].schema", "message": m} for m in item_schema_problems(item["schema"])]
+                schemas.append((f"items[{i}].schema", item["schema"]))
             data, confidence = item.get("data"), item.get("confidence")
             if isinstance(data, dict) and isinstance(confidence, dict):
                 for key in confidence:
@@ -172,6 +170,11 @@ def validate_ask(body: Any) -> tuple[AskIn | None, list[dict]]:
                         errors.append(
                             {"field": f"items[{i}].confidence.{key}", "message": "must name a top-level key of data"}
                         )
+    bounds = bound_problems(schemas)
+    errors += bounds
+    refused = {e["field"] for e in bounds}
+    if compile_schemas and "items" not in refused:  # within the ask's bounds: each schema within its own
+        errors += compile_problems([(where, schema) for where, schema in schemas if where not in refused])
     errors = _dedupe(errors)
     return (ask if not errors else None), errors
 
@@ -184,50 +187,6 @@ def _repeats(actions: Any, where: str) -> list[dict]:
                 errors.append({"field": f"{where}[{i}]", "message": f"'{action}' is listed twice"})
             seen.add(action if isinstance(action, str) else None)
     return errors
-
-
-def _non_local_refs(node: Any, path: str = "") -> list[str]:
-    """Where the schema points outside itself: only `#...` references resolve (nothing is fetched)."""
-    found = []
-    if isinstance(node, dict):
-        for key, value in node.items():
-            if key in ("$ref", "$dynamicRef", "$recursiveRef") and isinstance(value, str) and not value.startswith("#"):
-                found.append(f"{path}/{key}" if path else key)
-            found += _non_local_refs(value, f"{path}/{key}")
-    elif isinstance(node, list):
-        for n, value in enumerate(node):
-            found += _non_local_refs(value, f"{path}/{n}")
-    return found
-
-
-def item_validator(schema: dict):
-    """The validator of an item's schema under its own draft. Patterns run on a linear-time engine
-    (Rust's `regex`, RE2's design), so no edit can make a decision take exponential time; nothing is
-    fetched. Raises ValueError (why) for a schema that is not valid."""
-    draft = schema.get("$schema", DRAFT_2020_12)
-    validator_class = DRAFTS.get(draft) if isinstance(draft, str) else None
-    if validator_class is None:
-        raise ValueError(f"$schema must name draft 2020-12 ({DRAFT_2020_12}) or draft-07 ({DRAFT_07})")
-    remote = _non_local_refs(schema)
-    if remote:
-        raise ValueError(f"only local references (#...) are allowed; found one at {remote[0]}")
-    try:
-        return validator_class(
-            schema, pattern_options=jsonschema_rs.RegexOptions(), offline=True, validate_formats=False
-        )
-    except (jsonschema_rs.ValidationError, jsonschema_rs.ReferencingError, ValueError) as exc:
-        # The first line says what is wrong; the rest repeats the schema.
-        raise ValueError(f"not a valid JSON Schema: {str(exc).splitlines()[0]}") from None
-
-
-def item_schema_problems(schema: dict) -> list[str]:
-    if len(canonical_json(schema).encode()) > MAX_ITEM_SCHEMA_BYTES:
-        return [f"a schema is limited to {MAX_ITEM_SCHEMA_BYTES} bytes"]
-    try:
-        item_validator(schema)
-    except ValueError as exc:
-        return [str(exc)]
-    return []
 
 
 def validate_start(body: Any) -> tuple[RunStartIn | None, list[dict]]:
@@ -398,10 +357,6 @@ def changed_fields(asked: dict, decided: dict) -> list[tuple[str, Any, Any]]:
         for key, old in asked.items()
         if canonical_json(old) != canonical_json(decided.get(key))
     ]
-
-
-def canonical_json(value: Any) -> str:
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 
 
 # --- responses (the OpenAPI document describes them; the API builds them in serializers.py) ---
@@ -687,7 +642,7 @@ class QuorumThen(BaseModel):
 class RuleIn(BaseModel):
     id: str = Field(pattern=r"^[A-Za-z0-9_.-]{1,100}$")
     when: str = Field(min_length=1, max_length=2000, description="CEL over item, run and capability")
-    then: Literal["approve", "reject", "ask"] | QuorumThen = "ask"
+    then: RuleThen | QuorumThen = "ask"
     comment: str | None = Field(default=None, max_length=2000, description="required for reject")
 
 
@@ -714,8 +669,8 @@ class BacktestDifferenceOut(BaseModel):
     hold_id: str
     item_id: str
     title: str
-    person: Action
-    would: Literal["approve", "reject"]
+    person: ActionWord
+    would: DecisiveAction
     by: str
     url: str
 

@@ -5,8 +5,8 @@ from .errors import Invalid
 from .ids import HOLD, RUN, public_id
 from .models import Hold, HoldItem, Invocation, Run, RunFile
 from .paging import decode_cursor, encode_cursor, read_page
+from .policy import readable_holds
 from .queries import hold_quorum
-from .words import ActorKind
 
 
 def iso(value):
@@ -57,9 +57,7 @@ def item_wire(values: dict) -> dict:
 
 def hold_list(actor: Actor, params) -> dict:
     """Newest first, keyset-paginated by id; a run token sees only its own run's holds."""
-    holds = Hold.objects.select_related("capability").order_by("-pk")
-    if actor.kind == ActorKind.RUN:
-        holds = holds.filter(run=actor.run)
+    holds = readable_holds(actor, Hold.objects.select_related("capability").order_by("-pk"))
     errors = []
     status = params.get("status")
     if status:

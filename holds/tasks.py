@@ -19,8 +19,9 @@ log = logging.getLogger(__name__)
 FAN_OUT_OVER = 20
 
 
-def publish(invocation_ids: list[str]) -> None:
-    """Publishes deliveries; a publish that fails loses nothing (the relay finds every due row)."""
+def publish(invocation_ids: list[str]) -> list[str]:
+    """Publishes deliveries; a publish that fails loses nothing (the relay finds every due row).
+    Returns the ids it could not publish."""
     if len(invocation_ids) > FAN_OUT_OVER:
         try:
             deliver_many.delay(list(invocation_ids))
@@ -28,12 +29,16 @@ def publish(invocation_ids: list[str]) -> None:
             log.warning(
                 "could not publish %d invocations; the relay will pick them up", len(invocation_ids), exc_info=True
             )
-        return
+            return list(invocation_ids)
+        return []
+    lost = []
     for invocation_id in invocation_ids:
         try:
             deliver.delay(invocation_id)
         except Exception:
             log.warning("could not publish %s; the relay will pick it up", invocation_id, exc_info=True)
+            lost.append(invocation_id)
+    return lost
 
 
 @shared_task(acks_late=True, reject_on_worker_lost=True, ignore_result=True)
@@ -51,9 +56,12 @@ def deliver_many(invocation_ids: list[str]) -> int:
 
 @shared_task(ignore_result=True)
 def relay_due() -> int:
-    """Publishes every due outbox row again: whatever the broker lost is found here."""
-    ids = services.invocations_due()
-    publish(ids)
+    """Publishes due outbox rows again: whatever the broker lost is found here. A row it published is
+    published again only once its lease (RQ_RELAY_LEASE) has run out without a claim."""
+    ids = services.invocations_relay()
+    if lost := publish(ids):
+        # The broker refused them: due again at the next tick, not only once their lease has run out.
+        services.invocations_relay_release(invocation_ids=lost)
     return len(ids)
 
 

@@ -81,6 +81,8 @@ class DeliveryResult(models.TextChoices):
     FAILED = "failed", "failed"
     UNDELIVERABLE = "undeliverable", "undeliverable"
     PARKED = "parked", "parked"
+    # An A2A agent took the message and goes on working: the invocation waits for its push or poll.
+    WORKING = "working", "working"
     # Not recorded as attempts: a stale worker's late answer, a deferral, nothing due.
     STALE = "stale", "stale"
     DEFERRED = "deferred", "deferred"

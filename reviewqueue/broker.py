@@ -76,8 +76,14 @@ _schema_ready: set[str] = set()
 _schema_lock = threading.Lock()
 
 
-def connect(dsn: str, connect_timeout: float | None) -> psycopg.Connection:
-    conn = psycopg.connect(dsn, autocommit=True, connect_timeout=max(2, int(connect_timeout or 10)))  # whole seconds
+def connect(dsn: str, connect_timeout: float | None, *, pooled: bool = False) -> psycopg.Connection:
+    """The broker's own connection. `pooled` (RQ_TRANSACTION_POOLER): each statement may run in another
+    server session that other clients share, so nothing is set or prepared in a session: a session
+    SET would reach the app's transactions there, and psycopg's prepared names (_pg3_0) collide."""
+    timeout = max(2, int(connect_timeout or 10))  # whole seconds
+    if pooled:
+        return psycopg.connect(dsn, autocommit=True, connect_timeout=timeout, prepare_threshold=None)
+    conn = psycopg.connect(dsn, autocommit=True, connect_timeout=timeout)
     # Each put, take and ack is a commit; not waiting for its WAL flush makes them several times
     # faster. A database crash can then lose the last moments' messages, which the relay sends again.
     conn.execute("SET synchronous_commit = off")
@@ -133,8 +139,13 @@ class QoS(virtual.QoS):
 class Channel(virtual.Channel):
     QoS = QoS
     visibility_timeout = 3600
-    from_transport_options = virtual.Channel.from_transport_options + ("visibility_timeout", "dsn")
+    from_transport_options = virtual.Channel.from_transport_options + (
+        "visibility_timeout",
+        "dsn",
+        "transaction_pooler",
+    )
     dsn = None
+    transaction_pooler = False
 
     def __init__(self, connection, **kwargs):
         super().__init__(connection, **kwargs)
@@ -143,7 +154,7 @@ class Channel(virtual.Channel):
         self._no_ack_queues: set[str] = set()
         self._floor: dict[str, int] = {}
         self._rescan_at: dict[str, float] = {}
-        self.conn = connect(self.dsn, connection.client.connect_timeout)
+        self.conn = connect(self.dsn, connection.client.connect_timeout, pooled=self.transaction_pooler)
         try:
             ensure_schema(self.conn, self.dsn)
         except BaseException:
@@ -257,7 +268,7 @@ class Transport(virtual.Transport):
         return any(channel._consumers and not channel.qos.can_consume() for channel in self.channels)
 
     def _wait_for_publish(self, wait: float) -> None:
-        if self.client.transport_options.get("poll_only"):
+        if self.client.transport_options.get("transaction_pooler"):
             # Behind a transaction pooler a LISTEN would sit in a server session others share: poll.
             threading.Event().wait(wait)
             return

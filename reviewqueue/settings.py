@@ -81,6 +81,9 @@ RQ_SWEEPERS = env_int("RQ_SWEEPERS", 2)
 RQ_BENCH_VIEWS = env_bool("RQ_BENCH_VIEWS", False)
 # A worker's claim on an invocation lasts its timeout plus this; then the relay hands it out again.
 RQ_LEASE_GRACE = env_int("RQ_LEASE_GRACE", 30)
+# A due row the relay published is not published again for this long: its message is still queued (a
+# backlog) or was lost, and only the second is worth another message (holds.tasks.relay_due).
+RQ_RELAY_LEASE = env_int("RQ_RELAY_LEASE", 30)
 # While an endpoint is stalled (an attempt timed out), deliveries other than the probe wait this long.
 RQ_STALLED_WAIT = env_int("RQ_STALLED_WAIT", 30)
 # Once a call from one worker process to an endpoint has waited over RQ_SLOW_CALL seconds, that
@@ -89,6 +92,10 @@ RQ_STALLED_WAIT = env_int("RQ_STALLED_WAIT", 30)
 RQ_ENDPOINT_MAX_IN_FLIGHT = env_int("RQ_ENDPOINT_MAX_IN_FLIGHT", 8)
 RQ_SLOW_CALL = float(env_str("RQ_SLOW_CALL", "0.5"))
 RQ_BUSY_WAIT = env_int("RQ_BUSY_WAIT", 5)
+# An A2A task that the agent goes on working on waits in the database for the agent's push notification;
+# should that push be lost (A2A delivers pushes at best once), a worker asks GetTask after 2, 4, 8… seconds,
+# at most this many.
+RQ_A2A_POLL = env_int("RQ_A2A_POLL", 300)
 RQ_CONFIDENCE_AMBER = 0.8
 RQ_CONFIDENCE_RED = 0.5
 # /metrics answers only `Authorization: Bearer <RQ_METRICS_TOKEN>`; unset, /metrics is off (404).
@@ -174,7 +181,7 @@ if DATABASES["default"]["ENGINE"] != "django.db.backends.postgresql":
         f"DATABASE_URL must be a PostgreSQL URL (postgres://...), got {DATABASE_URL.split(':')[0]}://"
     )
 # Behind a transaction pooler (PgBouncer, pool_mode = transaction) each transaction may run in another server
-# session, so nothing may rely on one: holds/prepared.py sends plain text, psycopg prepares nothing, no
+# session, so nothing may rely on one: holds/services/gateway.py sends plain text, psycopg prepares nothing, no
 # server-side cursors, and the embedded broker polls instead of LISTENing (README, "Production").
 RQ_TRANSACTION_POOLER = env_bool("RQ_TRANSACTION_POOLER", False)
 if RQ_TRANSACTION_POOLER:
@@ -206,7 +213,7 @@ RQ_BROKER_VISIBILITY_TIMEOUT = env_int("RQ_BROKER_VISIBILITY_TIMEOUT", 3600)
 CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": RQ_BROKER_VISIBILITY_TIMEOUT}
 if CELERY_BROKER_URL.startswith("rqpg:"):
     CELERY_BROKER_TRANSPORT_OPTIONS["dsn"] = libpq_dsn(DATABASES["default"])
-    CELERY_BROKER_TRANSPORT_OPTIONS["poll_only"] = RQ_TRANSACTION_POOLER
+    CELERY_BROKER_TRANSPORT_OPTIONS["transaction_pooler"] = RQ_TRANSACTION_POOLER
 # Extra task modules for a worker, e.g. the bare hop that bench/resume.py measures against.
 CELERY_IMPORTS = env_list("RQ_CELERY_IMPORTS", [])
 CELERY_TASK_ACKS_LATE = True
@@ -310,11 +317,20 @@ RQ_RATE_ASK = env_str("RQ_RATE_ASK", "30/m")  # per run token
 RQ_RATE_DECISION = env_str("RQ_RATE_DECISION", "120/m")  # per service-account key or person
 RQ_RATE_LOGIN = env_str("RQ_RATE_LOGIN", "20/5m")  # failed sign-ins per client address
 RQ_RATE_RUN_START = env_str("RQ_RATE_RUN_START", "120/m")  # POST /v0/runs per caller (token, key, person)
+RQ_RATE_CLAIM = env_str("RQ_RATE_CLAIM", "30/h")  # claims and releases of holds per person (each is audited)
+RQ_RATE_DATASET = env_str("RQ_RATE_DATASET", "600/h")  # dataset items added per caller
+RQ_RATE_EXPERIMENT_RUNS = env_str("RQ_RATE_EXPERIMENT_RUNS", "1000/h")  # runs that experiments start, per caller
+RQ_DATASET_MAX_ITEMS = env_int("RQ_DATASET_MAX_ITEMS", 1000)  # live items of one dataset (and runs of one experiment)
 # Per-run quotas: past one, the write answers 409 quota_exceeded naming it.
 RQ_RUN_MAX_FILES = env_int("RQ_RUN_MAX_FILES", 50)
 RQ_RUN_MAX_FILE_BYTES = env_int("RQ_RUN_MAX_FILE_BYTES", 200 * 1024 * 1024)
 RQ_RUN_MAX_STATE_KEYS = env_int("RQ_RUN_MAX_STATE_KEYS", 100)
 RQ_RUN_MAX_STATE_BYTES = env_int("RQ_RUN_MAX_STATE_BYTES", 8 * 1024 * 1024)
+# The RQ_RUN_MAX_* quotas bound a whole run tree (a root run and its child runs); these bound every
+# tree that one person or service-account key started (issue 30.4).
+RQ_CALLER_MAX_FILES = env_int("RQ_CALLER_MAX_FILES", 5000)
+RQ_CALLER_MAX_FILE_BYTES = env_int("RQ_CALLER_MAX_FILE_BYTES", 20 * 1024 * 1024 * 1024)
+RQ_CALLER_MAX_STATE_BYTES = env_int("RQ_CALLER_MAX_STATE_BYTES", 512 * 1024 * 1024)
 # Sign-in lockout (django-axes): this many failures for one username from one address lock that
 # pair out for the cool-off (hours, a float); a success resets the count.
 AXES_FAILURE_LIMIT = env_int("RQ_LOGIN_FAILURE_LIMIT", 5)

@@ -3,7 +3,7 @@ from django.contrib import admin
 from django.urls import include, path
 
 from holds import openapi
-from holds.api import agent, evals, rules
+from holds.api import agent, evals, pushes, rules
 from holds.web import login
 
 v0 = [
@@ -14,6 +14,7 @@ v0 = [
     path("runs", agent.runs, name="api-runs"),
     path("runs/<str:run_id>", agent.run_detail, name="api-run"),
     path("runs/<str:run_id>/fail", agent.run_fail, name="api-run-fail"),
+    path("a2a/runs/<str:run_id>/push", pushes.a2a_push, name="api-a2a-push"),
     path("runs/<str:run_id>/state/<path:key>", agent.run_state, name="api-run-state"),
     path("files", agent.files, name="api-files"),
     path("files/<str:file_id>", agent.file_download, name="api-file"),

@@ -197,6 +197,8 @@
       });
       var applied = document.getElementById("bc-applied");
       if (applied) applied.value = apply.dataset.items;
+      var threshold = document.getElementById("bc-applied-threshold");
+      if (threshold) threshold.value = apply.dataset.threshold;
       apply.textContent = "Approve set; decide the rest, then submit";
       apply.disabled = true;
       return;

@@ -121,7 +121,7 @@ def serve_agent(rq):
 class RoundTrips:
     """What a block sent to PostgreSQL: `statements`, and `round_trips`, the times it waited for an
     answer. A statement sent on its own is one round trip, and the BEGIN that psycopg sends ahead of
-    a transaction's first one is another; the statements of one holds.prepared.send share one (its
+    a transaction's first one is another; the statements of one holds.gateway.send share one (its
     PREPAREs are not counted as statements); a COMMIT or ROLLBACK is one unless no transaction was
     open."""
 
@@ -138,18 +138,18 @@ def count_round_trips(monkeypatch):
 
     import psycopg
 
-    from holds import prepared
+    from holds.services import gateway
 
     @contextmanager
     def counting():
         seen, sending, begun, active = RoundTrips(), [], [], False
-        send = prepared.send
+        send = gateway.send
 
         def begins() -> int:
             """1 when psycopg is about to send a BEGIN of its own ahead of the next query (once: a
             query can run inside another's execute wrapper, before the BEGIN has gone out)."""
             idle = connection.connection.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
-            if idle and not connection.get_autocommit() and not begun:
+            if idle and not connection.connection.autocommit and not begun:
                 begun.append(True)
                 return 1
             return 0
@@ -181,7 +181,7 @@ def count_round_trips(monkeypatch):
 
         connection.ensure_connection()
         pg = connection.connection
-        monkeypatch.setattr(prepared, "send", counted_send)
+        monkeypatch.setattr(gateway, "send", counted_send)
         monkeypatch.setattr(pg, "commit", ending(pg.commit))
         monkeypatch.setattr(pg, "rollback", ending(pg.rollback))
         active = True

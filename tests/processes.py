@@ -178,6 +178,7 @@ def service_env(*, redis_url: str, public_url: str = "http://127.0.0.1:9", **ext
         "RQ_RELAY_INTERVAL": "1",
         "RQ_SWEEP_INTERVAL": "1",
         "RQ_LEASE_GRACE": "1",
+        "RQ_RELAY_LEASE": "2",
         "DEBUG": "0",
         "ALLOWED_HOSTS": "127.0.0.1,localhost",
         "SECURE_SSL_REDIRECT": "0",

@@ -14,6 +14,7 @@ import pytest
 from celery import shared_task
 from django.db import connection, connections
 
+from holds.services import gateway
 from tests.processes import ROOT, VENV_BIN, Processes, wait_until
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -26,8 +27,7 @@ SEEN = "broker_test_seen"
 @shared_task(name="tests.broker.seen")
 def seen(n: int) -> None:
     """The worker's side: one row per message it ran."""
-    with connection.cursor() as cursor:
-        cursor.execute(f"INSERT INTO {SEEN} (n) VALUES (%s)", [n])
+    gateway.fetch(f"INSERT INTO {SEEN} (n) VALUES (%s)", [n])
 
 
 @shared_task(name="tests.broker.slow", bind=True)
@@ -75,20 +75,16 @@ def broker_env(**extra) -> dict:
 
 
 def counts() -> tuple[int, int]:
-    with connection.cursor() as cursor:
-        cursor.execute(f"SELECT count(*), count(DISTINCT n) FROM {SEEN}")
-        return cursor.fetchone()
+    return gateway.fetch(f"SELECT count(*), count(DISTINCT n) FROM {SEEN}")[0]
 
 
 @pytest.fixture
 def seen_table():
-    with connection.cursor() as cursor:
-        cursor.execute(f"CREATE TABLE IF NOT EXISTS {SEEN} (n int NOT NULL)")
-        cursor.execute(f"TRUNCATE {SEEN}")
-        cursor.execute("DROP TABLE IF EXISTS rq_broker_message")  # no messages of an earlier test
+    gateway.fetch(f"CREATE TABLE IF NOT EXISTS {SEEN} (n int NOT NULL)")
+    gateway.fetch(f"TRUNCATE {SEEN}")
+    gateway.fetch("DROP TABLE IF EXISTS rq_broker_message")  # no messages of an earlier test
     yield
-    with connection.cursor() as cursor:
-        cursor.execute(f"DROP TABLE IF EXISTS {SEEN}")
+    gateway.fetch(f"DROP TABLE IF EXISTS {SEEN}")
 
 
 @pytest.fixture
@@ -137,9 +133,8 @@ def test_it_delivers_every_message_of_four_publishers_exactly_once_to_a_worker_w
     # Beat was publishing through the same table all along, and the worker ran its tasks.
     assert "Scheduler: Sending due task relay-due-invocations" in log
     assert "holds.tasks.relay_due" in log and "holds.tasks.sweep_expired" in log
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT count(*) FROM rq_broker_message WHERE payload LIKE %s", ["%tests.broker.seen%"])
-        assert cursor.fetchone()[0] == 0  # every message acked, none left behind
+    left = gateway.fetch("SELECT count(*) FROM rq_broker_message WHERE payload LIKE %s", ["%tests.broker.seen%"])
+    assert left[0][0] == 0  # every message acked, none left behind
 
 
 def test_it_gives_a_killed_workers_message_to_the_next_worker(procs, tmp_path, seen_table):

@@ -161,3 +161,18 @@ def test_sync_reads_confidence_default_from_0_to_1(tmp_path):
         with pytest.raises(CommandError) as refused:
             run("sync_capabilities", str(path))
         assert "capability 'pay': key 'confidence_default'" in str(refused.value)
+
+
+def test_sync_reads_the_protocol_and_its_absence_as_agentos(tmp_path):
+    text = "capabilities:\n  pay:\n    endpoint: http://x.example/agent\n    protocol: ag-ui\n"
+    text += "  refunds:\n    endpoint: http://y.example\n    protocol: a2a\n  plain:\n    endpoint: http://z.example\n"
+    run("sync_capabilities", str(write(tmp_path, text)))
+    protocols = dict(Capability.objects.values_list("name", "protocol"))
+    assert protocols == {"pay": "ag-ui", "refunds": "a2a", "plain": "agentos"}
+    run("sync_capabilities", str(write(tmp_path, text.replace("    protocol: ag-ui\n", ""))))
+    assert Capability.objects.get(name="pay").protocol == "agentos"  # left out: the default again
+    for bad in ("agui", "mcp", "true"):
+        path = write(tmp_path, text.replace("protocol: ag-ui", f"protocol: {bad}"))
+        with pytest.raises(CommandError) as refused:
+            run("sync_capabilities", str(path))
+        assert "capability 'pay': key 'protocol': one of agentos, ag-ui, a2a" in str(refused.value)

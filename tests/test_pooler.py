@@ -16,8 +16,9 @@ import pytest
 from django.db import connection, connections
 from django.utils import timezone
 
-from holds import prepared, services
+from holds import services
 from holds.models import Hold, Invocation, Run
+from holds.services import gateway
 from tests import factories
 from tests.agent_double import AgentDouble
 from tests.conftest import require
@@ -117,9 +118,7 @@ def test_a_bad_value_stops_the_process_with_a_clear_error(env, message):
 
 
 def _prepared_in_session() -> int:
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT count(*) FROM pg_prepared_statements")
-        return cursor.fetchone()[0]
+    return gateway.fetch("SELECT count(*) FROM pg_prepared_statements")[0][0]
 
 
 APPROVE = {"items": [{"id": "INV-1", "action": "approve"}, {"id": "INV-2", "action": "approve"}]}
@@ -142,7 +141,7 @@ def test_with_the_setting_the_hot_path_prepares_nothing_in_the_session(settings,
     assert Invocation.objects.filter(run=late_run, kind=Invocation.Kind.RESUME).count() == 1
     assert _prepared_in_session() == 0
     settings.RQ_TRANSACTION_POOLER = False
-    prepared.send([("SELECT %(a)s::int", {"a": 1})])
+    gateway.send([("SELECT %(a)s::int", {"a": 1})])
     assert _prepared_in_session() == 1
     connection.close()
 
@@ -158,7 +157,7 @@ def procs(tmp_path):
 @pytest.mark.django_db(transaction=True)
 def test_behind_pgbouncer_a_session_is_not_the_clients(procs):
     """Why the setting exists: two clients of PgBouncer (pool_mode = transaction, one server connection)
-    share a server session, so what one PREPAREs the other meets; holds/prepared.py's names (rq_1, …)
+    share a server session, so what one PREPAREs the other meets; holds/services/gateway.py's names (rq_1, …)
     are the same in every process. With the setting nothing is prepared, and both run."""
     import psycopg
 
@@ -234,3 +233,35 @@ def test_the_hot_path_through_pgbouncer_in_transaction_mode(procs):
     resume_ids = set(Invocation.objects.filter(kind=Invocation.Kind.RESUME).values_list("id", flat=True))
     assert sorted(resumes) == sorted(resume_ids) and len(resume_ids) == 31
     assert "prepared statement" not in procs.log("worker") + procs.log("gunicorn")
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_embedded_broker_through_pgbouncer_sets_and_prepares_nothing_in_a_session(procs):
+    """Issue 30.5: with RQ_TRANSACTION_POOLER the broker (reviewqueue/broker.py) shared PgBouncer's one
+    server session with the app: its `SET synchronous_commit = off` reached other clients' transactions
+    (decision commits non-durable) and psycopg's prepared `_pg3_0` collided (15 of 20 consumed)."""
+    import psycopg
+    from kombu import Connection
+
+    with pgbouncer(procs, ["127.0.0.1"], free_port(), pool_size=1) as url:
+        options = {"dsn": url, "transaction_pooler": True, "visibility_timeout": 60}
+        with (
+            Connection("rqpg://", transport_options=options) as publisher,
+            Connection("rqpg://", transport_options=options) as consumer,
+        ):
+            queue = publisher.SimpleQueue("pooler-test")
+            taken = consumer.SimpleQueue("pooler-test")
+            consumed = []
+            for n in range(20):
+                queue.put({"n": n})  # past psycopg's prepare threshold (5) on each connection
+                message = taken.get(timeout=5)
+                consumed.append(message.payload["n"])
+                message.ack()
+            assert consumed == list(range(20))
+            queue.close()
+            taken.close()
+        with psycopg.connect(url, autocommit=True) as app:
+            # The only server session there is: whatever the broker left in it, the app meets.
+            assert app.execute("SHOW synchronous_commit").fetchone() == ("on",)
+            assert app.execute("SELECT count(*) FROM pg_prepared_statements").fetchone() == (0,)
+        connections.close_all()

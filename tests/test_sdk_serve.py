@@ -257,3 +257,55 @@ def test_it_answers_kept_alive_connections_without_nagle_delays(serve):
             body = json.dumps(payload).encode()
             headers = signing.sign(SECRET, payload["invocation"]["id"], body)
             assert client.post(server.url + "/invoke", content=body, headers=headers).status_code == 200
+
+
+# --- issue 30.15: headers and size are checked before the body is read, and the body has a deadline -----
+
+
+def raw_request(server, head: str, body: bytes = b"", wait: float = 5.0) -> bytes:
+    """Sends `head` (and `body`) on a raw socket and returns what the server answers within `wait`."""
+    import socket
+
+    with socket.create_connection(("127.0.0.1", server.port), timeout=wait) as sock:
+        sock.sendall(head.encode() + body)
+        answer = b""
+        try:
+            while chunk := sock.recv(65536):
+                answer += chunk
+                if b"\r\n\r\n" in answer:
+                    break
+        except TimeoutError:
+            pass
+        return answer
+
+
+def test_an_unsigned_request_is_refused_before_its_body_is_read(serve):
+    server = serve({"echo": lambda inv: inv.input})
+    # 16 MiB announced, nothing sent: the answer comes at once, from the headers alone.
+    head = "POST /invoke HTTP/1.1\r\nhost: x\r\ncontent-length: 16000000\r\n\r\n"
+    started = time.monotonic()
+    answer = raw_request(server, head, wait=5)
+    assert answer.startswith(b"HTTP/1.1 401"), answer[:80]
+    assert time.monotonic() - started < 5  # not after a read that never ends
+
+
+def test_a_declared_body_over_the_limit_is_refused_before_reading(serve):
+    server = serve({"echo": lambda inv: inv.input})
+    signed = signing.sign(SECRET, "inv_1", b"")
+    head = "".join(f"{k}: {v}\r\n" for k, v in signed.items())
+    answer = raw_request(server, f"POST /invoke HTTP/1.1\r\nhost: x\r\n{head}content-length: 99999999\r\n\r\n")
+    assert answer.startswith(b"HTTP/1.1 413"), answer[:80]
+
+
+def test_a_slow_body_is_cut_at_the_read_deadline(serve, monkeypatch):
+    from agentos import server as server_module
+
+    monkeypatch.setattr(server_module, "READ_SECONDS", 0.5)
+    server = serve({"echo": lambda inv: inv.input})
+    signed = signing.sign(SECRET, "inv_1", b"{}")
+    head = "".join(f"{k}: {v}\r\n" for k, v in signed.items())
+    # A forged but fresh header set, 1 MiB announced, one byte sent: a slow sender.
+    answer = raw_request(server, f"POST /invoke HTTP/1.1\r\nhost: x\r\n{head}content-length: 1048576\r\n\r\n", b"{")
+    assert answer.startswith(b"HTTP/1.1 408"), answer[:80]
+    # And the server still answers others.
+    assert post(server, invocation()).status_code == 200

@@ -118,7 +118,10 @@ wire_json = json_values(wire_text)
 
 
 def ask_shaped(text, values):
-    item = st.dictionaries(st.sampled_from(["id", "title", "data", "confidence", "x"]), values, max_size=5) | values
+    item = (
+        st.dictionaries(st.sampled_from(["id", "title", "data", "confidence", "schema", "x"]), values, max_size=5)
+        | values
+    )
     return st.fixed_dictionaries(
         {},
         optional={
@@ -225,7 +228,21 @@ NUL_REQUESTS = [
     ("POST", "/ops/invocations/inv_%00/retry"),
 ]
 # Every query parameter a page or the API reads.
-QUERY_NAMES = ["q", "capability", "after", "seen", "status", "cursor", "actor", "kind", "run", "hold", "before", "%00"]
+QUERY_NAMES = [
+    "q",
+    "capability",
+    "after",
+    "seen",
+    "status",
+    "cursor",
+    "actor",
+    "kind",
+    "run",
+    "hold",
+    "before",
+    "page",
+    "%00",
+]
 
 
 def routes() -> list[str]:
@@ -342,3 +359,20 @@ def test_it_answers_401_before_404_when_a_nul_comes_without_credentials(nul_worl
     assert {e["field"] for e in response.json()["errors"]} == {"cursor", "status"}
     response = client.get("/v0/holds/h_%00", headers={"x-agentos-run-token": nul_world["token"]})
     assert response.status_code == 404 and response.json()["error"] == "not_found"
+
+
+# Issue 30: crafted paging cursors (any JSON, base64url) on the reviewer's lists: 200 or 400, never 500.
+def _cursor(value) -> str:
+    import base64
+
+    return base64.urlsafe_b64encode(json.dumps(value).encode()).decode().rstrip("=")
+
+
+@pytest.mark.django_db
+@settings(max_examples=200, derandomize=True, deadline=None, database=None, suppress_health_check=list(HealthCheck))
+@given(value=st.lists(any_json, max_size=7) | any_json, path=st.sampled_from(["/", "/history", "/calibration"]))
+def test_crafted_cursors_and_pages_answer_200_or_400_never_500(client, member, value, path):
+    client.raise_request_exception = False
+    client.force_login(member)
+    response = client.get(path, {"after": _cursor(value), "page": str(value)[:20]})
+    assert response.status_code in (200, 400), (path, value, response.status_code)

@@ -1,12 +1,11 @@
-"""seeding.seed, which `python -m bench.seed --holds N` and the benchmarks fill a database with: the shape of
-the history it writes, its two writer threads on PostgreSQL, and the foreign-key check that
-stands in for the per-row checks those threads skip."""
+"""seeding.seed, which `python -m bench.seed --holds N` and the benchmarks fill a database with: the
+shape of the history it writes (its threads and foreign-key check: tests/performance)."""
 
 import pytest
-from django.db import IntegrityError, connection
 
 from bench import seed, seeding
-from holds.models import AuditEvent, Hold, HoldItem, Invocation, Run, milliseconds, new_invocation_id
+from holds.models import Hold, Invocation, milliseconds, new_invocation_id
+from holds.services import gateway
 
 
 def test_ids_follow_the_asks_and_the_pending_holds_are_the_newest(db):
@@ -29,51 +28,6 @@ def test_invocation_ids_carry_their_time_as_the_write_path_makes_them(db):
         assert int(pk[4:16], 16) == milliseconds(created), pk
 
 
-@pytest.mark.django_db(transaction=True)
-def test_two_threads_write_the_chunks_and_every_foreign_key_is_checked_once(monkeypatch):
-    checks = []
-    check = seeding._check_foreign_keys
-    monkeypatch.setattr(seeding, "_check_foreign_keys", lambda: checks.append(1) or check())
-    threads = set()
-    write = seeding._write_chunk
-
-    def recorded(*args, **kwargs):
-        import threading
-
-        threads.add(threading.get_ident())
-        return write(*args, **kwargs)
-
-    monkeypatch.setattr(seeding, "_write_chunk", recorded)
-    counts = seeding.seed(holds=300, capability_count=2, items=2, chunk=50)
-
-    assert sum(counts.values()) == 300 == Hold.objects.count() == Run.objects.count()
-    assert len(threads) == 2 and checks == [1]
-    hold_ids = list(Hold.objects.order_by("pk").values_list("pk", flat=True))
-    assert hold_ids == list(range(hold_ids[0], hold_ids[0] + 300))  # every chunk, once
-    assert HoldItem.objects.count() == 600
-    finished = counts["decided"] + counts["expired"]
-    assert Invocation.objects.filter(kind="start").count() == 300
-    assert Invocation.objects.filter(kind="resume").count() == finished
-    assert AuditEvent.objects.count() == 300 + finished
-    assert Hold.objects.filter(status="pending").count() == counts["pending"]
-
-
-def test_the_foreign_key_check_finds_a_row_that_points_nowhere(db):
-    seeding.seed(holds=10, capability_count=1, items=1)
-    seeding._check_foreign_keys()  # what the seed wrote is whole
-    hold = Hold.objects.first()
-    with connection.cursor() as cursor:
-        cursor.execute("SET LOCAL session_replication_role = replica")  # as a seeding chunk does
-        cursor.execute(
-            "INSERT INTO holds_holditem (hold_id, position, item_id, title, data, confidence, action)"
-            " VALUES (%s, 5, 'x', 'x', '{}', '{}', '')",
-            [hold.pk + 1000],
-        )
-        cursor.execute("SET LOCAL session_replication_role = origin")
-    with pytest.raises(IntegrityError, match="holds_holditem"):
-        seeding._check_foreign_keys()
-
-
 def test_the_bench_command_writes_the_mix(db, capsys):
     seed.main(["--holds", "500", "--capabilities", "2", "--items", "3"])
     assert Hold.objects.count() == 500
@@ -86,14 +40,11 @@ def test_the_bench_command_writes_the_mix(db, capsys):
 def test_the_bench_command_leaves_the_database_vacuumed_as_after_any_bulk_load():
     import time
 
-    from django.db import connection
-
     seed.main(["--holds", "50", "--capabilities", "1", "--items", "1"])
-    with connection.cursor() as cursor:
-        for _ in range(50):  # the statistics views are written a moment after the command
-            cursor.execute("SELECT last_vacuum IS NOT NULL FROM pg_stat_user_tables WHERE relname = 'holds_hold'")
-            if cursor.fetchone()[0]:
-                break
-            time.sleep(0.1)
-        else:
-            pytest.fail("holds_hold was not vacuumed")
+    vacuumed = "SELECT last_vacuum IS NOT NULL FROM pg_stat_user_tables WHERE relname = 'holds_hold'"
+    for _ in range(50):  # the statistics views are written a moment after the command
+        if gateway.fetch(vacuumed)[0][0]:
+            break
+        time.sleep(0.1)
+    else:
+        pytest.fail("holds_hold was not vacuumed")

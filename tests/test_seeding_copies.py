@@ -10,8 +10,9 @@ from django.apps import apps
 
 from bench import seeding
 from holds import services
-from holds.auth import actor_for_account, invocation_for_token, run_token_for, run_token_hash
+from holds.auth import actor_for_account, run_token_for, run_token_hash
 from holds.models import AuditEvent, DeliveryAttempt, Hold, HoldItem, Invocation, Run
+from holds.services import invocation_for_token
 from tests import factories
 
 pytestmark = [pytest.mark.django_db]

@@ -12,7 +12,7 @@ from django.utils import timezone
 from holds import delivery, services, tasks
 from holds.auth import SYSTEM, actor_for_account, run_token_for
 from holds.errors import Forbidden
-from holds.models import AuditEvent, Capability, DeliveryAttempt, Hold, Invocation, Run
+from holds.models import AuditEvent, Capability, DeliveryAttempt, Hold, Invocation, Run, new_invocation_id
 from tests import factories
 
 pytestmark = pytest.mark.django_db
@@ -438,6 +438,7 @@ def test_the_relay_finds_what_publishing_lost(agent, acap, monkeypatch, django_c
     monkeypatch.setattr(tasks.deliver, "delay", broken_delay)
     with django_capture_on_commit_callbacks(execute=True):
         run = factories.start_run(acap)  # publishing fails after commit; the row stays due
+    assert tasks.relay_due() == 1  # the broker is still down: the relay does not keep its lease
     sent = []
     monkeypatch.setattr(tasks.deliver, "delay", lambda invocation_id: sent.append(invocation_id))
     assert tasks.relay_due() == 1
@@ -445,6 +446,37 @@ def test_the_relay_finds_what_publishing_lost(agent, acap, monkeypatch, django_c
         delivery.deliver(invocation_id)
     assert tasks.relay_due() == 0
     assert Run.objects.get(pk=run.pk).status == "completed" and len(agent.requests) == 1
+
+
+def test_the_relay_publishes_a_row_again_only_after_its_lease_lapses(acap, monkeypatch):
+    """1,000 due rows and two relay ticks make 1,000 messages, not 2,000: a row whose message may still
+    be queued is not published again until its lease (RQ_RELAY_LEASE) runs out."""
+    run = factories.start_run(acap)  # its start invocation is due too
+    Invocation.objects.bulk_create(
+        Invocation(
+            id=new_invocation_id(),
+            run=run,
+            kind="start",
+            seq=seq,
+            status="pending",
+            token_hash="x" * 64,
+            next_attempt_at=timezone.now(),
+        )
+        for seq in range(2, 1001)
+    )
+    published = []
+    monkeypatch.setattr(tasks, "publish", published.extend)
+    assert tasks.relay_due() == 500 and tasks.relay_due() == 500  # two ticks, the relay's batch of 500 each
+    assert tasks.relay_due() == 0
+    assert len(published) == 1000 and len(set(published)) == 1000
+
+    # The leased rows are still due: a worker's claim of one is not held back by the relay's lease.
+    first = Invocation.objects.get(run=run, seq=1)
+    assert services.invocation_claim(invocation_id=first.id) is not None
+    # Once the lease has lapsed without a claim (the message was lost), the rows are published again.
+    Invocation.objects.filter(status="pending").update(lease_until=timezone.now() - dt.timedelta(seconds=1))
+    assert tasks.relay_due() == 500 and tasks.relay_due() == 499 and tasks.relay_due() == 0
+    assert len(published) == 1999 and first.id not in published[1000:]
 
 
 def test_the_relay_hands_out_a_claim_whose_lease_ran_out(agent, acap):

@@ -6,14 +6,13 @@ import time
 
 import pytest
 from django.core.management import call_command
-from django.db import connection
 from django.db.models import Sum
 from django.utils import timezone
 
 from holds import services, tasks
 from holds.auth import run_token_hash
 from holds.models import AuditEvent, Hold, Invocation, PendingCount, milliseconds, new_invocation_id
-from holds.services import ports
+from holds.services import gateway, ports
 from tests import factories
 
 pytestmark = pytest.mark.django_db
@@ -102,10 +101,9 @@ def written_rows(hold):
     resume = Invocation.objects.get(hold=hold)
     event = AuditEvent.objects.get(kind="hold.expired", hold_id_ref=hold.pk)
     hold.refresh_from_db()
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT resume FROM holds_invocation WHERE id = %s", [resume.id])
-        # The text as stored, not only its value: agents get exactly these bytes.
-        resume_text = cursor.fetchone()[0].replace(hold.public_id, "h_?")
+    # The text as stored, not only its value: agents get exactly these bytes.
+    resume_text = gateway.fetch("SELECT resume FROM holds_invocation WHERE id = %s", [resume.id])[0][0]
+    resume_text = resume_text.replace(hold.public_id, "h_?")
     return (
         (hold.status, hold.decided_by, hold.decided_at is not None),
         {

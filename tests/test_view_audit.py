@@ -7,10 +7,9 @@ import io
 import pytest
 from django.utils import timezone
 
-from holds import paging, services
+from holds import paging, services, spreadsheet
 from holds.auth import SYSTEM, actor_for_user
 from holds.models import AuditEvent
-from holds.web import audit as audit_views
 from tests import factories
 
 pytestmark = pytest.mark.django_db
@@ -120,7 +119,7 @@ def test_it_exports_the_filtered_log_as_csv_without_formulas(client, admin_user,
     decided = next(row for row in rows[1:] if row[3] == "hold.decided")
     assert decided[2] == "mona" and '"comment": "=1+2"' in decided[7]
     # A cell that a spreadsheet would run as a formula starts with a quote.
-    assert audit_views._cell("=HYPERLINK(1)") == "'=HYPERLINK(1)" and audit_views._cell("ok") == "ok"
+    assert spreadsheet.safe_cell("=HYPERLINK(1)") == "'=HYPERLINK(1)" and spreadsheet.safe_cell("ok") == "ok"
 
 
 def test_it_exports_everything_when_unfiltered(client, admin_user, log):
@@ -128,3 +127,12 @@ def test_it_exports_everything_when_unfiltered(client, admin_user, log):
     client.force_login(admin_user)
     rows = list(csv.reader(io.StringIO(b"".join(client.get("/audit.csv").streaming_content).decode())))
     assert len(rows) - 1 == AuditEvent.objects.count()
+
+
+def test_a_csv_cell_a_spreadsheet_would_run_as_a_formula_starts_with_a_quote(client, admin_user):
+    AuditEvent.objects.create(kind="person.added", actor="=HYPERLINK(1)", data={})
+    AuditEvent.objects.create(kind="person.added", actor="ok", data={})
+    client.force_login(admin_user)
+    response = client.get("/audit.csv")
+    actors = {row[2] for row in csv.reader(io.StringIO(b"".join(response.streaming_content).decode()))}
+    assert {"'=HYPERLINK(1)", "ok"} <= actors and "=HYPERLINK(1)" not in actors

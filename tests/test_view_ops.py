@@ -7,14 +7,14 @@ import json
 import logging
 
 import pytest
-from django.db import connection
 from django.utils import timezone
 
 from holds import logging as rq_logging
 from holds import rollup, services
 from holds.auth import actor_for_account
 from holds.models import AuditEvent, Capability, Hold, Invocation, OpsHour
-from holds.web import ops as ops_views
+from holds.services import gateway
+from holds.web import ops
 from tests import factories
 
 pytestmark = pytest.mark.django_db
@@ -171,7 +171,7 @@ def test_it_charts_48_hours_with_sealed_and_live_hours(admin_user, robot):
     _, hold = factories.held_hold(cap)
     decide(hold, robot)
     now = timezone.now()
-    chart = ops_views.chart(rollup.recent(now)["hours"], now)
+    chart = ops.chart(rollup.recent(now)["hours"], now)
     assert len(chart["bars"]) == 48 and chart["bars"][-1].decided == 1 and chart["total_decided"] == 1
     assert chart["bars"][-1].h_decided > 0
 
@@ -179,12 +179,12 @@ def test_it_charts_48_hours_with_sealed_and_live_hours(admin_user, robot):
 @pytest.mark.parametrize("hour", [18, 17, 13, 12])
 def test_every_hour_label_fits_inside_the_chart(hour):
     # 18:00 in the last slot, centred under its bar, was cut off at the right edge.
-    chart = ops_views.chart({}, dt.datetime(2026, 12, 4, hour, 30, tzinfo=dt.UTC))
+    chart = ops.chart({}, dt.datetime(2026, 12, 4, hour, 30, tzinfo=dt.UTC))
     assert [t["label"] for t in chart["ticks"]][-1] == f"{hour // 6 * 6:02d}:00"
     for tick in chart["ticks"]:
         left, right = {
-            "middle": (tick["x"] - ops_views.TICK_HALF_WIDTH, tick["x"] + ops_views.TICK_HALF_WIDTH),
-            "end": (tick["x"] - 2 * ops_views.TICK_HALF_WIDTH, tick["x"]),
+            "middle": (tick["x"] - ops.TICK_HALF_WIDTH, tick["x"] + ops.TICK_HALF_WIDTH),
+            "end": (tick["x"] - 2 * ops.TICK_HALF_WIDTH, tick["x"]),
         }[tick["anchor"]]
         assert 0 <= left and right <= chart["width"], tick
     assert chart["ticks"][0]["anchor"] == "middle"
@@ -243,12 +243,11 @@ def test_it_reads_the_sealed_sums_again_after_each_seal_and_as_the_windows_move(
 
 def decision_at(at):
     """A decision's audit event dated `at`, as the write path wrote it then (the model dates events now)."""
-    with connection.cursor() as cursor:
-        cursor.execute(
-            f"INSERT INTO {AuditEvent._meta.db_table} (at, actor, kind, invocation_id_ref, data)"
-            " VALUES (%s, 'robot', 'hold.decided', '', '{}')",
-            [at],
-        )
+    gateway.fetch(
+        f"INSERT INTO {AuditEvent._meta.db_table} (at, actor, kind, invocation_id_ref, data)"
+        " VALUES (%s, 'robot', 'hold.decided', '', '{}')",
+        [at],
+    )
 
 
 def lagging(now):

@@ -61,6 +61,16 @@ def test_it_lists_people_accounts_and_capabilities_with_marks_for_file_values(ad
     assert page.count('title="Set by agentos.yaml"') == 1
 
 
+def test_it_shows_each_capabilitys_protocol(admin_client, member):
+    factories.capability("over_agui", endpoint="http://127.0.0.1:9/agent", protocol="ag-ui")
+    factories.capability("over_a2a", protocol="a2a")
+    factories.capability("plain")
+    page = admin_client.get("/team").content.decode()
+    assert "v1 · AG-UI · http://127.0.0.1:9/agent" in page
+    assert "v1 · A2A · http://127.0.0.1:9" in page
+    assert "v1 · agentos invoke · http://127.0.0.1:9" in page
+
+
 def test_it_adds_a_person_with_a_one_time_password_shown_once(admin_client, client):
     response = admin_client.post(
         "/team/people", {"username": "nina", "email": "nina@example.com", "role": "member", "password": "once"}

@@ -11,14 +11,13 @@ from django.http import FileResponse, JsonResponse
 from django.middleware.csrf import CsrfViewMiddleware
 from django.views.decorators.csrf import csrf_exempt
 
-from .. import rendering
+from .. import rendering, services
 from ..auth import (
     Actor,
     account_for_key,
     actor_for_account,
     actor_for_invocation,
     actor_for_user,
-    invocation_for_token,
 )
 from ..errors import BadJson, Forbidden, ServiceError, TooLarge, Unauthorized
 from ..models import RunFile
@@ -65,7 +64,7 @@ def caller(request) -> Actor:
     """The caller from its token, key or session; never from the body."""
     token = request.headers.get("x-agentos-run-token")
     if token is not None:
-        invocation = invocation_for_token(token)
+        invocation = services.invocation_for_token(token)
         if invocation is None:
             raise Unauthorized(UNKNOWN_TOKEN)
         return actor_for_invocation(invocation)

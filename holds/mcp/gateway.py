@@ -37,7 +37,7 @@ from mcp.types import (
     TextContent,
 )
 
-from ..schemas import item_schema_problems
+from ..item_schemas import item_schema_problems
 from ..services.mcp_calls import mcp_call_claim, mcp_call_output
 from ..words import Action
 from . import calls

@@ -12,7 +12,8 @@ State machines (SPEC "Words" and "Precise rules"):
               (pending/waiting -> cancelled when the run finishes; delivering -> pending to retry)
 
 The package by subdomain: runs, asks, decisions, delivery, expiry, evals, team, audit; sql holds every
-hand-written statement, ports what is handed out after commit.
+hand-written statement, gateway sends them (the only module that may use `connection.cursor`), tokens
+finds a live run token's invocation, ports what is handed out after commit.
 """
 
 from .asks import hold_ask, hold_ask_by_token, hold_fingerprint
@@ -30,6 +31,8 @@ from .delivery import (
     invocation_record,
     invocation_retry,
     invocations_due,
+    invocations_relay,
+    invocations_relay_release,
 )
 from .escalation import Taken, due_steps, escalation_take
 from .evals import (
@@ -46,6 +49,7 @@ from .evals import (
 )
 from .expiry import Expired, due_holds, holds_expire_batch, holds_expire_due
 from .extend import hold_extend
+from .pushes import a2a_push_received, a2a_push_run
 from .rules import (
     MAX_GRANT_DAYS,
     current_rule_set,
@@ -66,8 +70,11 @@ from .team import (
     service_account_revoke,
     service_account_set_role,
 )
+from .tokens import invocation_for_token
 
 __all__ = [
+    "a2a_push_received",
+    "a2a_push_run",
     "MAX_GRANT_DAYS",
     "current_rule_set",
     "grant_create",
@@ -113,7 +120,10 @@ __all__ = [
     "invocation_defer",
     "invocation_record",
     "invocation_retry",
+    "invocation_for_token",
     "invocations_due",
+    "invocations_relay",
+    "invocations_relay_release",
     "person_add",
     "person_set_active",
     "person_set_away",

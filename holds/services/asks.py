@@ -8,16 +8,17 @@ from datetime import timedelta
 from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
 
-from .. import markup, prepared
-from ..auth import invocation_for_token, sha256_hex, token_invocation_id
+from .. import markup
+from ..auth import sha256_hex, token_invocation_id
 from ..errors import Conflict, Invalid
 from ..ids import FILE, HOLD, RUN, parse_public_id, public_id
 from ..models import AuditEvent, AuditKind, Hold, HoldItem, Invocation, Run, RunFile
 from ..schemas import canonical_json, validate_ask
-from . import sql
+from . import gateway, sql
 from .evals import eval_ask_refusal_for_invocation
+from .gateway import insert_values
 from .rules import decide_at_ask
-from .transactions import insert_values
+from .tokens import invocation_for_token
 
 OPTIONAL_ITEM_PARTS = ("actions", "details", "schema")
 
@@ -70,9 +71,15 @@ def hold_ask_by_token(*, token: str, body) -> Hold | None:
     to check against the run) looks the token up first, as every other endpoint does, so 401, 409 and
     422 keep SPEC's order.
     """
-    ask, items, errors = read_ask(body, None)
+    # What costs (compiling item schemas, markdown in a child process) runs only once the token is
+    # known live: such asks take the lookup path.
+    ask, items, errors = read_ask(body, None, compile_schemas=False)
     invocation_id = token_invocation_id(token)
-    if errors or ask.files or invocation_id is None:
+    costly = not errors and (
+        any(item["schema"] is not None for item in items)
+        or not markup.in_process([ask.details] + [item["details"] or "" for item in items])
+    )
+    if errors or ask.files or invocation_id is None or costly:
         invocation = invocation_for_token(token)
         return None if invocation is None else hold_ask(invocation=invocation, body=body)
     hold, event = new_hold(ask, items, invocation_id=invocation_id)
@@ -89,9 +96,9 @@ def hold_ask_by_token(*, token: str, body) -> Hold | None:
     return hold if written else None
 
 
-def read_ask(body, run: Run | None) -> tuple:
+def read_ask(body, run: Run | None, *, compile_schemas: bool = True) -> tuple:
     """(ask, items, errors): the body validated; its files checked against `run` when given."""
-    ask, errors = validate_ask(body)
+    ask, errors = validate_ask(body, compile_schemas=compile_schemas)
     file_ids = body.get("files") if isinstance(body, dict) and isinstance(body.get("files"), list) else []
     if file_ids and run is not None:
         errors += _file_errors(run, file_ids)
@@ -177,7 +184,7 @@ def _insert_ask(hold: Hold, items: list[dict], event: AuditEvent, *, run: Run | 
     # Alone it needs no transaction. Inside a caller's, a savepoint keeps a refused ask (the unique
     # index on pending holds) from aborting that transaction.
     with transaction.atomic() if connection.in_atomic_block else nullcontext():
-        (found,) = prepared.send([(statement, params)])
+        (found,) = gateway.send([(statement, params)])
     if not found:
         return False
     hold.pk, hold.run_id, hold.capability_id, rules_version, grants_version, capability_name, run_input = found[0]

@@ -2,10 +2,9 @@
 
 import json
 
-from django.db import connection, transaction
+from django.db import transaction
 from django.utils import timezone
 
-from .. import rows
 from ..auth import Actor, run_token_hash
 from ..errors import Invalid, NotFound
 from ..ids import HOLD, public_id
@@ -13,20 +12,18 @@ from ..models import Action, AuditEvent, AuditKind, Hold, HoldItem, Invocation
 from ..policy import decide_refusal, hold_refusal, may_approve_for_quorum, quorum_of, require
 from ..schemas import Asked, blank_to_none, validate_decision
 from ..words import ActorKind
-from . import ports, sql
+from . import gateway, ports, sql
+from .gateway import insert_values, one_round_trip
 from .quorum import approve, is_approval, state
-from .transactions import insert_values, one_round_trip
 
 
 def _hold_to_decide(hold_id: int) -> tuple[Hold | None, list[HoldItem]]:
     statement, columns = sql.DECIDE.parts()
-    with connection.cursor() as cursor:
-        cursor.execute(statement, [hold_id])
-        found = cursor.fetchall()
+    found = gateway.fetch(statement, [hold_id])
     if not found:
         return None, []
     *head, item_columns = columns
-    hold, hold.capability, hold.run = rows.build(head, found[0])
+    hold, hold.capability, hold.run = gateway.build(head, found[0])
     at = sum(len(part.fields) for part in head)  # where each row's item columns start
     return hold, [item_columns.build(row[at:]) for row in found if row[at] is not None]
 

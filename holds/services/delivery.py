@@ -14,17 +14,15 @@ from django.db.models import Case, F, Q, When
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 
-from .. import prepared, rows
 from ..auth import SYSTEM, Actor
 from ..errors import Conflict, NotFound
 from ..models import AuditKind, Capability, Hold, Invocation, Run
 from ..policy import may_administer, require
 from ..schemas import schema_errors
 from ..words import DeliveryResult, OutcomeKind
-from . import ports, sql
+from . import gateway, ports, sql
 from .audit import audit
 from .runs import finish_run
-from .transactions import one_round_trip
 
 
 @dataclass(frozen=True)
@@ -35,20 +33,22 @@ class Claim:
 
 # What a send reads, in the order sql.CLAIM returns it; any other field loads on first use.
 _CLAIM_COLUMNS = (
-    rows.Columns(
+    gateway.Columns(
         Invocation,
         "i",
         ["id", "run_id", "kind", "seq", "status", "resume", "hold_id", "attempts", "next_attempt_at", "lease_until"]
         + ["first_sent_at"],
     ),
-    rows.Columns(
+    gateway.Columns(
         Run,
         "r",
         ["id", "capability_id", "version", "endpoint", "status", "seq", "input"]
         + ["parent_id", "experiment_id", "dataset_item_id"],
     ),
-    rows.Columns(
-        Capability, "c", ["id", "name", "secret", "timeout_seconds", "endpoint_disabled_at", "endpoint_stalled_at"]
+    gateway.Columns(
+        Capability,
+        "c",
+        ["id", "name", "secret", "timeout_seconds", "endpoint_disabled_at", "endpoint_stalled_at", "protocol"],
     ),
 )
 CLAIM_SQL = sql.CLAIM.format(columns=", ".join(c.select(named=True) for c in _CLAIM_COLUMNS))
@@ -66,14 +66,14 @@ def invocation_claim(*, invocation_id: str) -> Claim | None:
     now = timezone.now()
     # A claim lost in a database crash only means a second send with the same webhook-id, which
     # delivery is built for; not waiting for the disk halves the cost of a send.
-    _, claimed = one_round_trip(
-        ["SET LOCAL synchronous_commit TO OFF", CLAIM_SQL],
+    _, claimed = gateway.one_round_trip(
+        [sql.COMMIT_WITHOUT_WAITING, CLAIM_SQL],
         {"id": invocation_id, "now": now, "grace": float(settings.RQ_LEASE_GRACE)},
     )
     if not claimed:
         return None
     row = claimed[0]
-    invocation, run = rows.with_run(*rows.build(_CLAIM_COLUMNS, row))
+    invocation, run = gateway.with_run(*gateway.build(_CLAIM_COLUMNS, row))
     moved = row[-1]
     if invocation.status == Invocation.Status.PARKED:
         if run.experiment_id is not None:
@@ -121,8 +121,8 @@ def invocation_record(*, invocation_id: str, attempt: int, outcome: Outcome) -> 
     Only the worker holding the claim for this attempt may record it; a stale worker (whose lease
     ran out and whose row was handed to another) records nothing.
     """
-    # The writes after the locks travel together, with the COMMIT (prepared.deferred).
-    with transaction.atomic(), prepared.deferred():
+    # The BEGIN travels with the locks, the writes after them together with the COMMIT.
+    with gateway.transaction():
         locked = _lock_claimed(invocation_id=invocation_id, attempt=attempt)
         if locked is None:
             return _record_closed(invocation_id=invocation_id, attempt=attempt, outcome=outcome)
@@ -209,19 +209,19 @@ def invocation_defer(*, invocation_id: str, attempt: int, wait: float, reason: s
 
 # What recording an answer reads, in the order sql.LOCK_CLAIMED returns it; any other field loads on use.
 _LOCK_COLUMNS = (
-    rows.Columns(
+    gateway.Columns(
         Invocation,
         "i",
         ["id", "run_id", "kind", "seq", "status", "hold_id", "attempts", "next_attempt_at", "lease_until"]
         + ["answered_at", "answer", "last_error"],
     ),
-    rows.Columns(
+    gateway.Columns(
         Run,
         "r",
         ["id", "capability_id", "version", "endpoint", "status", "seq", "error", "parent_id"]
         + ["finished_at", "experiment_id"],
     ),
-    rows.Columns(
+    gateway.Columns(
         Capability,
         "c",
         ["id", "name", "output_schema", "timeout_seconds", "endpoint_disabled_at", "endpoint_stalled_at"],
@@ -233,12 +233,12 @@ _LOCK_SQL = sql.LOCK_CLAIMED.format(columns=", ".join(c.select() for c in _LOCK_
 def _lock_claimed(*, invocation_id: str, attempt: int) -> tuple[Invocation, Run, Hold | None] | None:
     """Locks a claimed invocation and its run for recording its answer, then the hold it asked, if
     any, in one round trip. None: the claim is stale."""
-    locked, asked = one_round_trip(
+    locked, asked = gateway.one_round_trip(
         [_LOCK_SQL, sql.LOCK_ASKED], {"id": invocation_id, "attempt": attempt}, savepoint=False
     )
     if not locked:
         return None
-    invocation, run = rows.with_run(*rows.build(_LOCK_COLUMNS, locked[0]))
+    invocation, run = gateway.with_run(*gateway.build(_LOCK_COLUMNS, locked[0]))
     return invocation, run, (Hold.from_db(connection.alias, ["id", "status"], list(asked[0])) if asked else None)
 
 
@@ -251,7 +251,7 @@ def _write_attempt(*, invocation: Invocation, attempt: int, outcome: Outcome, re
         "result": result,
         "error": (outcome.error or "")[:200],
     }
-    prepared.write(
+    gateway.write(
         (
             sql.WRITE_ATTEMPT,
             {
@@ -325,7 +325,7 @@ def _set_invocation(invocation: Invocation, status: str, *, error: str = "", ans
     if answer is not None:
         invocation.answer = answer
         invocation.answered_at = timezone.now()
-    prepared.write(
+    gateway.write(
         (
             sql.SET_INVOCATION,
             [
@@ -357,6 +357,14 @@ def _apply_answer(invocation: Invocation, run: Run, answer: dict, asked: Hold | 
         _set_invocation(invocation, Invocation.Status.ANSWERED, answer=answer)
         finish_run(run, status=Run.Status.FAILED, actor=SYSTEM, error=str(answer.get("error") or "failed"))
         return DeliveryResult.ANSWERED
+    if status == "working":
+        # An A2A task the agent goes on with: the invocation waits in the database until a push
+        # notification wakes it (a2a_push_received), or the poll comes due (holds/protocols/a2a.py).
+        # A push that came while this attempt was in flight woke nothing: the poll comes soon at first.
+        wait = min(settings.RQ_A2A_POLL, 2 ** min(invocation.attempts, 16))
+        invocation.next_attempt_at = timezone.now() + timedelta(seconds=wait)
+        _set_invocation(invocation, Invocation.Status.PENDING, answer=answer)
+        return DeliveryResult.WORKING
     # suspended: it must name the hold that this invocation asked, whatever its status now.
     hold_id = answer.get("hold_id")
     if asked is None or hold_id != asked.public_id:
@@ -428,8 +436,22 @@ def capability_enable(*, capability_id: int, actor: Actor) -> Capability:
 
 
 def invocations_due(*, limit: int = 500) -> list[str]:
-    """The relay's query: outbox rows due now, and claims whose lease ran out (a dead worker)."""
+    """Outbox rows due now, and claims whose lease ran out (a dead worker)."""
     return list(due_invocations().values_list("pk", flat=True)[:limit])
+
+
+def invocations_relay(*, limit: int = 500) -> list[str]:
+    """The relay takes due rows to publish (sql.RELAY_DUE): as invocations_due, less the rows it
+    published within RQ_RELAY_LEASE, which it leases again for that long."""
+    now = timezone.now()
+    params = {"now": now, "until": now + timedelta(seconds=settings.RQ_RELAY_LEASE), "limit": limit}
+    (due,) = gateway.send([(sql.RELAY_DUE, params)])
+    return [invocation_id for (invocation_id,) in due]
+
+
+def invocations_relay_release(*, invocation_ids: list[str]) -> None:
+    """The relay could not publish these: they are due to it again at once (sql.RELAY_RELEASE)."""
+    gateway.send([(sql.RELAY_RELEASE, {"ids": invocation_ids})])
 
 
 def due_invocations():

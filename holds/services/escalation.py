@@ -10,13 +10,14 @@ import json
 from dataclasses import dataclass
 from datetime import timedelta
 
-from django.db import connection, transaction
+from django.db import transaction
 from django.db.models.functions import Least, Now
 from django.utils import timezone
 
 from ..auth import SYSTEM
 from ..models import AuditEvent, AuditKind, Capability, Hold, HoldEscalation
 from ..policy import acting_for, escalation_people
+from . import gateway, sql
 
 
 @dataclass(frozen=True)
@@ -66,14 +67,8 @@ def escalation_take(*, hold_id: int, step: int, now=None) -> Taken | None:
         expire = bool(config.get("expire"))
         recipients = [] if expire else acting_for(list(escalation_people(hold, config["notify"])), now)
         notified = ["expire"] if expire else [_label(told, for_whom) for told, for_whom in recipients]
-        with connection.cursor() as cursor:
-            cursor.execute(
-                "INSERT INTO holds_holdescalation (hold_id, step, notified, at) VALUES (%s, %s, %s::jsonb, %s)"
-                " ON CONFLICT (hold_id, step) DO NOTHING RETURNING id",
-                [hold.pk, step, json.dumps(notified), now],
-            )
-            if cursor.fetchone() is None:
-                return None
+        if not gateway.fetch(sql.TAKE_ESCALATION_STEP, [hold.pk, step, json.dumps(notified), now]):
+            return None
         if expire:
             # By the database's clock, as the sweep reads it; an earlier expiry stays.
             Hold.objects.filter(pk=hold.pk, status=Hold.Status.PENDING).update(expires_at=Least("expires_at", Now()))

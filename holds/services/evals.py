@@ -4,11 +4,13 @@ An eval run is an ordinary run (outbox, retries, signing) with `experiment` set.
 its ask is refused with 409 eval_run and the run ends `asked_for_human` in the same transaction.
 """
 
+from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from ..auth import SYSTEM, Actor, invocation_for_token
-from ..errors import Conflict, Invalid, NotFound
+from .. import ratelimit
+from ..auth import SYSTEM, Actor
+from ..errors import Conflict, Invalid, NotFound, QuotaExceeded
 from ..ids import DATASET_ITEM, EXPERIMENT, public_id
 from ..models import (
     AuditEvent,
@@ -28,6 +30,7 @@ from ..words import ActorKind
 from . import ports
 from .audit import audit
 from .runs import finish_run, new_invocation
+from .tokens import invocation_for_token
 
 ASKED_FOR_HUMAN_ANSWER = {"status": "failed", "error": "asked_for_human"}
 
@@ -58,7 +61,16 @@ def dataset_item_add(*, dataset: Dataset, actor: Actor, input, recorded_holds: l
 
 
 def _add_item(dataset: Dataset, actor: Actor, *, source_run: Run | None = None, **values) -> DatasetItem:
+    """Within the caller's rate of added items and the dataset's size (its row locked, so that two
+    adds cannot both take the last place)."""
+    ratelimit.api_limit("dataset", actor)
     with transaction.atomic():
+        Dataset.objects.select_for_update(no_key=True).filter(pk=dataset.pk).values_list("pk").first()
+        if (
+            DatasetItem.objects.filter(dataset=dataset, deleted_at__isnull=True).count()
+            >= settings.RQ_DATASET_MAX_ITEMS
+        ):
+            raise QuotaExceeded("dataset_items", settings.RQ_DATASET_MAX_ITEMS, whose="this dataset")
         item = DatasetItem.objects.create(dataset=dataset, created_by=actor.label, source_run=source_run, **values)
         audit(
             AuditKind.DATASET_ITEM_ADDED,
@@ -132,12 +144,18 @@ def dataset_item_delete(*, item: DatasetItem, actor: Actor) -> None:
 
 def experiment_start(*, dataset: Dataset, actor: Actor) -> tuple[Experiment, list[Run]]:
     """One ordinary run per item of the dataset, each with its start invocation (the outbox row), in one
-    transaction; each invocation carries `eval` (holds/delivery.py builds it from the run)."""
+    transaction; each invocation carries `eval` (holds/delivery.py builds it from the run).
+
+    Whatever the door (API or page): the experiment counts once against the caller's run-start rate
+    (SPEC) and each of its runs against the caller's budget of experiment runs (issue 30.3)."""
     capability = dataset.capability
     require(may_record_evals(actor, capability))
-    items = list(DatasetItem.objects.filter(dataset=dataset, deleted_at__isnull=True).order_by("pk"))
+    live = DatasetItem.objects.filter(dataset=dataset, deleted_at__isnull=True).order_by("pk")
+    items = list(live[: settings.RQ_DATASET_MAX_ITEMS])
     if not items:
         raise Invalid([{"field": "dataset", "message": f"dataset {dataset.public_id} has no items"}])
+    ratelimit.api_limit("run_start", actor)
+    ratelimit.api_limit("experiment_runs", actor, cost=len(items))
     with transaction.atomic():
         experiment = Experiment.objects.create(dataset=dataset, started_by=actor.label)
         runs = Run.objects.bulk_create(

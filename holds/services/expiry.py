@@ -4,13 +4,13 @@ import logging
 from dataclasses import dataclass
 
 from django.conf import settings
-from django.db import DatabaseError, connection, transaction
+from django.db import DatabaseError, transaction
 from django.db.models.functions import Now
 from django.utils import timezone
 
 from ..auth import SYSTEM, run_token_sql_params
 from ..models import Hold, Invocation
-from . import ports, sql
+from . import gateway, ports, sql
 
 log = logging.getLogger(__name__)
 
@@ -74,8 +74,6 @@ def _expire(hold_ids: list[int]) -> list[Expired]:
     if not hold_ids:
         return []
     params = {"hold_ids": hold_ids, "now": timezone.now(), "actor": SYSTEM.label, **run_token_sql_params()}
-    with connection.cursor() as cursor:
-        cursor.execute(sql.EXPIRE_LOCKED, params)
-        expired = [Expired(*row) for row in cursor.fetchall()]
+    expired = [Expired(*row) for row in gateway.fetch(sql.EXPIRE_LOCKED, params)]
     ports.publish_on_commit([e.invocation_id for e in expired if e.status == Invocation.Status.PENDING])
     return expired

@@ -4,8 +4,10 @@ from datetime import timedelta
 
 from django.db import transaction
 from django.db.models.functions import Now
+from django.utils import timezone
 
 from ..auth import Actor
+from ..config import REMIND_BEFORE
 from ..errors import Invalid, NotFound
 from ..ids import HOLD, public_id
 from ..models import AuditKind, Hold, Notification
@@ -19,7 +21,8 @@ def hold_extend(*, hold_id: int, actor: Actor, body) -> Hold:
 
     One conditional UPDATE on `pending` and the database's `now() < expires_at`: the sweep takes due
     holds FOR UPDATE and re-checks them after the lock, so exactly one of the two wins a hold at its
-    deadline. The reminder's rows go in the same transaction, so the new deadline is reminded again.
+    deadline. The reminder's rows go in the same transaction, so a deadline moved past the reminder's
+    window is reminded again (once per window: not on every extension inside it).
     Checks in SPEC's order (404, 403, 409, 422). Safe to run twice: the second extends again.
     """
     hold = Hold.objects.select_related("capability", "run").filter(pk=hold_id).first()
@@ -40,8 +43,12 @@ def hold_extend(*, hold_id: int, actor: Actor, body) -> Hold:
             pk=hold.pk, status=Hold.Status.PENDING, expires_at__gt=Now(), expires_at__lte=new
         ).update(expires_at=new)
         if extended:
-            Notification.objects.filter(hold=hold, kind=Notification.Kind.REMINDER).delete()
             fresh = Hold.objects.select_related("capability", "run").get(pk=hold.pk)
+            # One reminder per window: an extension that leaves the hold inside its reminder window
+            # keeps the reminder sent; one past the window re-arms it for the new deadline.
+            window = hold.capability.remind_before or REMIND_BEFORE
+            if fresh.expires_at > timezone.now() + window:
+                Notification.objects.filter(hold=hold, kind=Notification.Kind.REMINDER).delete()
             audit(
                 AuditKind.HOLD_EXTENDED,
                 actor,

@@ -7,7 +7,6 @@ raced it finds the hold decided, or decides first and this finds it so).
 import hashlib
 import json
 
-from django.db import connection
 from django.utils import timezone
 
 from ..auth import Actor
@@ -16,7 +15,7 @@ from ..models import Action, AuditEvent, AuditKind, Hold, HoldApproval
 from ..policy import hold_refusal
 from ..schemas import DecisionIn
 from ..words import ActorKind
-from . import sql
+from . import gateway, sql
 
 
 def is_approval(decision: DecisionIn) -> bool:
@@ -44,9 +43,7 @@ def approve(hold: Hold, actor: Actor, decision: DecisionIn) -> list[HoldApproval
     The hold's row lock (sql.LOCK_OPEN_HOLD) puts concurrent approvals and decisions of one hold in a
     line, so the count read after the insert is exact. Refusals: the hold is no longer open (409 as for a
     decision), or the actor already approved it (409 naming that approval)."""
-    with connection.cursor() as cursor:
-        cursor.execute(sql.LOCK_OPEN_HOLD, [hold.pk])
-        found = cursor.fetchone()
+    found = next(iter(gateway.fetch(sql.LOCK_OPEN_HOLD, [hold.pk])), None)
     if found is None or not found[1]:
         fresh = Hold.objects.get(pk=hold.pk)
         if fresh.status == Hold.Status.PENDING:

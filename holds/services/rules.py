@@ -14,7 +14,7 @@ import threading
 from dataclasses import dataclass
 from datetime import timedelta
 
-from django.db import connection, transaction
+from django.db import transaction
 from django.db.models import F
 from django.utils import timezone
 
@@ -45,7 +45,7 @@ from ..rules import (
     rules_from_json,
     uses_flags,
 )
-from . import ports
+from . import gateway, ports, sql
 from .audit import audit
 from .decisions import write_decision
 
@@ -294,18 +294,6 @@ def _require_quorum(hold: Hold, quorum: dict) -> None:
     hold.quorum = quorum
 
 
-# A grant is never wider than what its author may decide now: a person still active whose role is one
-# of the capability's approvers, or a service account not revoked whose role is. Tested in the UPDATE
-# that takes a use, so a role change applies from the next ask, whatever a process has cached.
-AUTHOR_STILL_APPROVES = (
-    "(EXISTS (SELECT 1 FROM auth_user u LEFT JOIN holds_membership m ON m.user_id = u.id"
-    " JOIN holds_capability c ON c.id = g.capability_id WHERE u.id = g.created_by_user_id AND u.is_active"
-    " AND c.approvers ? (CASE WHEN u.is_superuser THEN 'admin' ELSE COALESCE(m.role, 'viewer') END))"
-    " OR EXISTS (SELECT 1 FROM holds_serviceaccount a JOIN holds_capability c ON c.id = g.capability_id"
-    " WHERE a.id = g.created_by_account_id AND a.revoked_at IS NULL AND c.approvers ? a.role))"
-)
-
-
 def _take_grant_uses(choices: list, now) -> list:
     """Takes each used grant's uses (one per item) where it is still live and has them left; items of a
     grant that could not be taken go back to people."""
@@ -316,16 +304,8 @@ def _take_grant_uses(choices: list, now) -> list:
             wanted[pk] = wanted.get(pk, 0) + 1
     if not wanted:
         return choices
-    with connection.cursor() as cursor:
-        cursor.execute(
-            "UPDATE holds_grant g SET uses = g.uses + w.n, last_used_at = %s"
-            " FROM unnest(%s::bigint[], %s::int[]) AS w(id, n)"
-            " WHERE g.id = w.id AND g.revoked_at IS NULL AND g.expires_at > STATEMENT_TIMESTAMP()"
-            " AND (g.max_uses IS NULL OR g.uses + w.n <= g.max_uses)"
-            f" AND {AUTHOR_STILL_APPROVES} RETURNING g.id",
-            [now, list(wanted), list(wanted.values())],
-        )
-        taken = {public_id(GRANT, row[0]) for row in cursor.fetchall()}
+    rows = gateway.fetch(sql.TAKE_GRANT_USES, [now, list(wanted), list(wanted.values())])
+    taken = {public_id(GRANT, row[0]) for row in rows}
     kept = []
     for choice in choices:
         decided_by = choice[1]
@@ -360,9 +340,7 @@ def _audit_grant_uses(hold: Hold, items: list[dict], choices: list) -> list[Audi
 
 
 def _item_pks(hold: Hold) -> list[int]:
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT id FROM holds_holditem WHERE hold_id = %s ORDER BY position", [hold.pk])
-        return [row[0] for row in cursor.fetchall()]
+    return [row[0] for row in gateway.fetch(sql.ITEM_PKS, [hold.pk])]
 
 
 def _decide_whole(hold: Hold, items: list[dict], choices: list) -> None:
@@ -417,26 +395,19 @@ def _decide_some(hold: Hold, items: list[dict], choices: list) -> None:
     fingerprint = hashlib.sha256(
         (hold.fingerprint + json.dumps([[i, a, d, c] for i, (a, d, c) in decided], sort_keys=True)).encode()
     ).hexdigest()
-    with connection.cursor() as cursor:
-        cursor.execute(
-            "UPDATE holds_hold SET fingerprint = %s WHERE id = %s AND status = 'pending' RETURNING id",
-            [fingerprint, hold.pk],
-        )
-        if not cursor.fetchall():
-            transaction.set_rollback(True)
-            return
-        cursor.execute(
-            "UPDATE holds_holditem t SET action = v.action, comment = v.comment, decided_by = v.decided_by::jsonb"
-            " FROM unnest(%s::text[], %s::text[], %s::text[], %s::text[]) AS v(item_id, action, comment, decided_by)"
-            " WHERE t.hold_id = %s AND t.item_id = v.item_id",
-            [
-                [i for i, _ in decided],
-                [c[0] for _, c in decided],
-                [c[2] for _, c in decided],
-                [json.dumps(c[1]) for _, c in decided],
-                hold.pk,
-            ],
-        )
+    if not gateway.fetch(sql.RULE_TAKE_HOLD, [fingerprint, hold.pk]):
+        transaction.set_rollback(True)
+        return
+    gateway.fetch(
+        sql.RULE_DECIDE_ITEMS,
+        [
+            [i for i, _ in decided],
+            [c[0] for _, c in decided],
+            [c[2] for _, c in decided],
+            [json.dumps(c[1]) for _, c in decided],
+            hold.pk,
+        ],
+    )
     events = [
         AuditEvent(
             kind=AuditKind.HOLD_DECIDED_BY_RULE,

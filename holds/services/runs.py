@@ -1,26 +1,19 @@
 """Runs: start, fail, finish; their state and files."""
 
 from django.conf import settings
+from django.contrib.auth import get_user_model
 from django.db import IntegrityError, connection, transaction
-from django.db.models import Count, Func, IntegerField, Sum
 from django.utils import timezone
 
-from .. import prepared
 from ..auth import Actor, run_token_hash
 from ..errors import Conflict, Invalid, NotFound, QuotaExceeded
 from ..ids import RUN, public_id
-from ..models import AuditKind, Capability, IdempotencyKey, Invocation, Run, RunFile, RunState
+from ..models import AuditKind, Capability, IdempotencyKey, Invocation, Run, RunFile, RunState, ServiceAccount
 from ..policy import may_fail_run, may_start_run, require
 from ..schemas import canonical_json, schema_errors
 from ..words import ActorKind
-from . import ports, sql
+from . import gateway, ports, sql
 from .audit import audit
-
-
-class OctetLength(Func):
-    function = "octet_length"
-    output_field = IntegerField()
-
 
 # Invocations not sent yet: a run that finishes cancels them.
 UNSENT_INVOCATION = (Invocation.Status.WAITING, Invocation.Status.PENDING, Invocation.Status.PARKED)
@@ -138,7 +131,7 @@ def finish_run(run: Run, *, status: str, actor: Actor, output=None, error: str =
         "actor": actor.label,
         "kind": FINISH_KIND[status],
     }
-    prepared.write(*((statement, params) for statement in sql.FINISH_RUN))
+    gateway.write(*((statement, params) for statement in sql.FINISH_RUN))
     if run.experiment_id is not None and run.parent_id is None:
         # The experiment may be over now. After commit, so that this run reads as finished; two last
         # runs finishing at once may both miss it, and beat's experiments_finish catches that.
@@ -157,28 +150,60 @@ def experiments_finish(*, experiment_id: int | None = None) -> list[int]:
     """Marks finished every running experiment (or this one) whose runs have all finished, by one
     conditional UPDATE (sql.FINISH_EXPERIMENTS), audited in the same statement: a second beat, or a
     run finishing at the same time, finishes nothing twice. Returns the experiments it finished."""
-    with connection.cursor() as cursor:
-        cursor.execute(sql.FINISH_EXPERIMENTS, {"experiment": experiment_id, "now": timezone.now()})
-        return [row[0] for row in cursor.fetchall()]
+    finished = gateway.fetch(sql.FINISH_EXPERIMENTS, {"experiment": experiment_id, "now": timezone.now()})
+    return [experiment for (experiment,) in finished]
 
 
-def _lock_run(run: Run) -> None:
-    # Writes of one run's state or files wait for each other, so two cannot both fit the last room.
-    Run.objects.select_for_update(no_key=True).filter(pk=run.pk).values_list("pk").first()
+def _quota_scope(run: Run) -> tuple[int, list[int]]:
+    """The run's tree root and the roots of every tree its caller started, the root locked (and the
+    caller's row, so that two writes anywhere in their trees cannot both fit the last room).
+
+    Quotas bound a whole tree (a root run and its descendants: child runs share their root's room)
+    and a caller (all the trees one person or key started); a run started by the system has no caller.
+    """
+    ((root_id,),) = gateway.fetch(sql.RUN_ROOT, {"run": run.pk})
+    root = Run.objects.select_for_update(no_key=True).filter(pk=root_id).only("started_by_user", "started_by_account")
+    root = root.get()
+    caller = None
+    if root.started_by_user_id is not None:
+        caller = {"started_by_user_id": root.started_by_user_id}
+        get_user_model().objects.select_for_update(no_key=True).filter(pk=root.started_by_user_id).values_list(
+            "pk"
+        ).first()
+    elif root.started_by_account_id is not None:
+        caller = {"started_by_account_id": root.started_by_account_id}
+        ServiceAccount.objects.select_for_update(no_key=True).filter(pk=root.started_by_account_id).values_list(
+            "pk"
+        ).first()
+    roots = list(Run.objects.filter(parent=None, **caller).values_list("pk", flat=True)) if caller else []
+    return root_id, roots
+
+
+def _usage(statement: str, roots: list[int], *, skip_run=None, skip_key=None) -> tuple[int, int]:
+    if not roots:
+        return 0, 0
+    ((count, size),) = gateway.fetch(statement, {"roots": roots, "skip_run": skip_run, "skip_key": skip_key})
+    return count, size
+
+
+_STATE_USAGE = sql.tree_usage(RunState._meta.db_table, "octet_length(t.value::text)").format(key="t.key")
+_FILE_USAGE = sql.tree_usage(RunFile._meta.db_table, "t.size").format(key="NULL")
 
 
 def run_state_put(*, run: Run, key: str, value, actor: Actor) -> None:
-    """Writes one key of a run's state, within the run's quotas (keys, and bytes of all values)."""
+    """Writes one key of a run's state, within the quotas of its tree (keys, and bytes of all values)
+    and of its caller (bytes)."""
     stored = RunState._meta.get_field("value").get_prep_value(value)  # None: a JSON null, stored as NULL
     size = len(stored.encode()) if stored is not None else 0
     with transaction.atomic():
-        _lock_run(run)
-        others = RunState.objects.filter(run=run).exclude(key=key)
-        used = others.aggregate(keys=Count("pk"), size=Sum(OctetLength("value")))
-        if used["keys"] + 1 > settings.RQ_RUN_MAX_STATE_KEYS:
+        root, roots = _quota_scope(run)
+        keys, used = _usage(_STATE_USAGE, [root], skip_run=run.pk, skip_key=key)
+        if keys + 1 > settings.RQ_RUN_MAX_STATE_KEYS:
             raise QuotaExceeded("state_keys", settings.RQ_RUN_MAX_STATE_KEYS)
-        if (used["size"] or 0) + size > settings.RQ_RUN_MAX_STATE_BYTES:
+        if used + size > settings.RQ_RUN_MAX_STATE_BYTES:
             raise QuotaExceeded("state_bytes", settings.RQ_RUN_MAX_STATE_BYTES)
+        if _usage(_STATE_USAGE, roots, skip_run=run.pk, skip_key=key)[1] + size > settings.RQ_CALLER_MAX_STATE_BYTES:
+            raise QuotaExceeded("caller_state_bytes", settings.RQ_CALLER_MAX_STATE_BYTES)
         RunState.objects.update_or_create(run=run, key=key, defaults={"value": value})
 
 
@@ -190,12 +215,13 @@ def run_state_delete(*, run: Run, key: str, actor: Actor) -> bool:
 def run_file_add(
     *, run: Run, name: str, content_type: str, content, size: int, sha256: str, actor: Actor, idempotency_key: str = ""
 ) -> RunFile:
-    """Stores one file of a run's environment, within the run's quotas (files, and bytes of all files).
+    """Stores one file of a run's environment, within the quotas of its tree and of its caller (files,
+    and bytes of all files).
 
     With an idempotency key, a repeat of the same upload (a retry after a lost answer) returns the
     first file; the same key with another name, type or content is refused."""
     with transaction.atomic():
-        _lock_run(run)
+        root, roots = _quota_scope(run)
         if idempotency_key:
             first = RunFile.objects.filter(run=run, idempotency_key=idempotency_key).first()
             if first is not None:
@@ -206,11 +232,16 @@ def run_file_add(
                         code="idempotency_mismatch",
                     )
                 return first
-        used = RunFile.objects.filter(run=run).aggregate(files=Count("pk"), size=Sum("size"))
-        if used["files"] + 1 > settings.RQ_RUN_MAX_FILES:
+        files, used = _usage(_FILE_USAGE, [root])
+        if files + 1 > settings.RQ_RUN_MAX_FILES:
             raise QuotaExceeded("files", settings.RQ_RUN_MAX_FILES)
-        if (used["size"] or 0) + size > settings.RQ_RUN_MAX_FILE_BYTES:
+        if used + size > settings.RQ_RUN_MAX_FILE_BYTES:
             raise QuotaExceeded("file_bytes", settings.RQ_RUN_MAX_FILE_BYTES)
+        files, used = _usage(_FILE_USAGE, roots)
+        if files + 1 > settings.RQ_CALLER_MAX_FILES:
+            raise QuotaExceeded("caller_files", settings.RQ_CALLER_MAX_FILES)
+        if used + size > settings.RQ_CALLER_MAX_FILE_BYTES:
+            raise QuotaExceeded("caller_file_bytes", settings.RQ_CALLER_MAX_FILE_BYTES)
         run_file = RunFile(
             run=run, name=name, content_type=content_type, size=size, sha256=sha256, idempotency_key=idempotency_key
         )

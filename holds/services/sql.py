@@ -1,7 +1,7 @@
 """Every hand-written statement of the write path, in one place.
 
 Each is written by hand because it is hot: one round trip where the ORM needs several, and prepared
-once per connection (holds/prepared.py). Statuses and kinds are rendered from the models' enums as
+once per connection (services/gateway.py). Statuses and kinds are rendered from the models' enums as
 literals, not bound as parameters: a prepared statement's generic plan can use a partial index
 (`WHERE status = 'pending'`) only when the literal is in its text (docs/decisions.md, "One database").
 Each statement's comment says what it does and names the test that pins it.
@@ -9,9 +9,9 @@ Each statement's comment says what it does and names the test that pins it.
 
 import functools
 
-from .. import rows
-from ..auth import LIVE_TOKEN_SQL, RUN_TOKEN_HASH_SQL, SYSTEM
-from ..models import AuditKind, Capability, Experiment, Hold, HoldItem, Invocation, Run
+from ..auth import SYSTEM, TOKEN_PREFIX
+from ..models import Action, AuditKind, Capability, Experiment, Hold, HoldItem, Invocation, Run
+from . import gateway
 
 
 def lit(value: str) -> str:
@@ -28,6 +28,55 @@ PARKED = lit(Invocation.Status.PARKED)
 CANCELLED_INVOCATION = lit(Invocation.Status.CANCELLED)
 RESUME = lit(Invocation.Kind.RESUME)
 LIVE_INVOCATION = f"({DELIVERING}, {PENDING})"  # an invocation being delivered or due: its agent may answer
+
+
+# /healthz: the database answers.
+PING = "SELECT 1"
+
+# The transaction this starts commits without waiting for the disk (the claim: a claim lost in a crash
+# only means a second send with the same webhook-id, which delivery is built for).
+COMMIT_WITHOUT_WAITING = "SET LOCAL synchronous_commit TO OFF"
+
+
+# --- run tokens ---------------------------------------------------------------------------------
+
+# When the run token of invocation `i` (of run `r`) is live: from the invocation's first delivery
+# until it answers or is given up, never while the run is held or finished, nor once a later
+# invocation has superseded it. One predicate for the token lookup and for the ask, which checks its
+# token inside its own INSERT statement (services.hold_ask_by_token). Both select it as a column
+# of the row found by primary key, never as a WHERE condition: there the planner would walk the
+# partial index of live invocations (the outbox's) looking for the id, which grows with the backlog.
+LIVE_TOKEN = (
+    f"i.status IN ({DELIVERING}, {PENDING}) AND i.attempts > 0"
+    f" AND r.status = {lit(Run.Status.RUNNING)} AND i.seq = r.seq"
+)
+
+
+def _token() -> tuple:
+    columns = (gateway.Columns(Invocation, "i"), gateway.Columns(Run, "r"), gateway.Columns(Capability, "c"))
+    statement = (
+        f"SELECT {', '.join(c.select() for c in columns)}, ({LIVE_TOKEN}) AS live"
+        f" FROM {Invocation._meta.db_table} i JOIN {Run._meta.db_table} r ON r.id = i.run_id"
+        f" JOIN {Capability._meta.db_table} c ON c.id = r.capability_id WHERE i.id = %s"
+    )
+    return statement, columns
+
+
+# An invocation, its run and capability by the id a run token names, and whether the token is live (the
+# last column): every agent request starts with this lookup. Pinned by test_security_tokens and
+# performance/test_explain (by primary key).
+TOKEN = gateway.Query(_token)
+
+# auth.run_token_hash(id) in PostgreSQL's own functions, for writes that create many invocations in one
+# statement (the sweep): HMAC-SHA256 spelt out as sha256(key^opad || sha256(key^ipad || id)), with
+# the two padded keys passed as parameters (auth.run_token_sql_params), then the token's base64url and
+# its sha256. The key is 32 bytes, shorter than SHA-256's 64-byte block, so it is zero-padded as HMAC
+# does. Pinned by test_task_sweep (against run_token_hash).
+RUN_TOKEN_HASH = (
+    "encode(sha256(convert_to('" + TOKEN_PREFIX + "' || {id} || '.' || rtrim(translate(encode("
+    "sha256(%(token_opad)s || sha256(%(token_ipad)s || convert_to({id}, 'UTF8'))), "
+    "'base64'), '+/', '-_'), '='), 'UTF8')), 'hex')"
+)
 
 
 # --- runs ---------------------------------------------------------------------------------------
@@ -99,7 +148,7 @@ def ask(hold_columns: tuple[str, ...], event_columns: tuple[str, ...], *, by_tok
     if by_token:
         source = (
             # An eval run never asks (services.eval_ask_refusal answers it when this writes nothing).
-            f"SELECT i.run_id, r.capability_id, ({LIVE_TOKEN_SQL} AND r.experiment_id IS NULL) AS live"
+            f"SELECT i.run_id, r.capability_id, ({LIVE_TOKEN} AND r.experiment_id IS NULL) AS live"
             " FROM holds_invocation i"
             " JOIN holds_run r ON r.id = i.run_id WHERE i.id = %s AND i.token_hash = %s"
         )
@@ -135,10 +184,10 @@ def ask(hold_columns: tuple[str, ...], event_columns: tuple[str, ...], *, by_tok
 
 def _decide() -> tuple:
     columns = (
-        rows.Columns(Hold, "h"),
-        rows.Columns(Capability, "c"),
-        rows.Columns(Run, "r"),
-        rows.Columns(HoldItem, "i"),
+        gateway.Columns(Hold, "h"),
+        gateway.Columns(Capability, "c"),
+        gateway.Columns(Run, "r"),
+        gateway.Columns(HoldItem, "i"),
     )
     statement = (
         f"SELECT {', '.join(c.select() for c in columns)} FROM holds_hold h"
@@ -150,7 +199,7 @@ def _decide() -> tuple:
 
 # The hold a decision starts from, with its capability, run and items, one row per item: one round trip
 # where the ORM needs two. Pinned by performance/test_round_trips (a decision's queries).
-DECIDE = rows.Query(_decide)
+DECIDE = gateway.Query(_decide)
 
 # The conditional UPDATE that takes a hold for one decision: pending, and not expired by the database's
 # clock. A concurrent decision or sweep waits on its row lock and then updates nothing. Pinned by
@@ -166,6 +215,12 @@ TAKE_HOLD = (
 LOCK_OPEN_HOLD = (
     "SELECT id, (expires_at IS NULL OR expires_at > STATEMENT_TIMESTAMP()) FROM holds_hold"
     f" WHERE id = %s AND status = {PENDING_HOLD} FOR UPDATE"
+)
+
+# An escalation step's claim (services/escalation.py): the unique (hold, step) row; no row back: taken.
+TAKE_ESCALATION_STEP = (
+    "INSERT INTO holds_holdescalation (hold_id, step, notified, at) VALUES (%s, %s, %s::jsonb, %s)"
+    " ON CONFLICT (hold_id, step) DO NOTHING RETURNING id"
 )
 
 
@@ -221,7 +276,7 @@ WITH expired AS (
     INSERT INTO holds_invocation (id, run_id, kind, seq, status, token_hash, resume, hold_id, attempts,
                                   next_attempt_at, last_error, created_at)
     SELECT invocation_id, run_id, {RESUME}, seq, status, """
-    + RUN_TOKEN_HASH_SQL.format(id="invocation_id")
+    + RUN_TOKEN_HASH.format(id="invocation_id")
     + f""",
            '{{"hold_id": "h_' || id || '", "resolved_by": "expired", "items": [], "comment": null}}',
            id, 0, CASE WHEN status = {PENDING} THEN %(now)s END, '', %(now)s
@@ -293,6 +348,30 @@ SELECT id, status FROM holds_hold WHERE invocation_id = %(id)s
 ORDER BY id DESC LIMIT 1 FOR UPDATE
 """
 
+# The relay takes due rows to publish: outbox rows due now that no relay published within its lease, and
+# claims whose lease ran out (a dead worker). A pending row it takes is leased (lease_until, read by the
+# relay alone: the claim of a pending row looks at next_attempt_at), so its message, still queued behind
+# a backlog, is not joined by another on every tick; a lapsed claim is published as it is and its next
+# claim renews the lease. SKIP LOCKED: two relays take different gateway. Pinned by test_task_deliver
+# (1,000 due rows, two ticks, 1,000 messages) and test_two_hosts (two relays at once).
+RELAY_DUE = f"""
+WITH due AS (
+    SELECT id FROM holds_invocation
+    WHERE (status = {PENDING} AND next_attempt_at <= %(now)s AND (lease_until IS NULL OR lease_until < %(now)s))
+       OR (status = {DELIVERING} AND lease_until < %(now)s)
+    ORDER BY next_attempt_at LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+), leased AS (
+    UPDATE holds_invocation AS i SET lease_until = %(until)s
+    FROM due WHERE i.id = due.id AND i.status = {PENDING}
+)
+SELECT id FROM due
+"""
+
+# The relay's lease given back on rows the broker refused (still pending: no worker claimed them).
+# Pinned by test_task_deliver (the relay finds what publishing lost).
+RELAY_RELEASE = f"UPDATE holds_invocation SET lease_until = NULL WHERE id = ANY(%(ids)s) AND status = {PENDING}"
+
 # One delivery attempt and its audit event, which always go together. Pinned by test_task_deliver
 # (attempt rows and the audit log).
 WRITE_ATTEMPT = f"""
@@ -310,3 +389,82 @@ SET_INVOCATION = (
     "UPDATE holds_invocation SET status = %s, lease_until = NULL, last_error = %s, answer = %s,"
     " answered_at = %s, next_attempt_at = %s WHERE id = %s"
 )
+
+
+# --- rules and grants (services/rules.py) -------------------------------------------------------------
+
+# A grant is never wider than what its author may decide now: a person still active whose role is one
+# of the capability's approvers, or a service account not revoked whose role is. Tested in the UPDATE
+# that takes a use, so a role change applies from the next ask, whatever a process has cached.
+_AUTHOR_STILL_APPROVES = (
+    "(EXISTS (SELECT 1 FROM auth_user u LEFT JOIN holds_membership m ON m.user_id = u.id"
+    " JOIN holds_capability c ON c.id = g.capability_id WHERE u.id = g.created_by_user_id AND u.is_active"
+    " AND c.approvers ? (CASE WHEN u.is_superuser THEN 'admin' ELSE COALESCE(m.role, 'viewer') END))"
+    " OR EXISTS (SELECT 1 FROM holds_serviceaccount a JOIN holds_capability c ON c.id = g.capability_id"
+    " WHERE a.id = g.created_by_account_id AND a.revoked_at IS NULL AND c.approvers ? a.role))"
+)
+
+# Takes each grant's uses (per grant, the number of items it decides) where it is live, has them left
+# and its author still approves; the ids it returns are the grants taken (tests/test_api_rules.py's races).
+TAKE_GRANT_USES = (
+    "UPDATE holds_grant g SET uses = g.uses + w.n, last_used_at = %s"
+    " FROM unnest(%s::bigint[], %s::int[]) AS w(id, n)"
+    " WHERE g.id = w.id AND g.revoked_at IS NULL AND g.expires_at > STATEMENT_TIMESTAMP()"
+    " AND (g.max_uses IS NULL OR g.uses + w.n <= g.max_uses)"
+    f" AND {_AUTHOR_STILL_APPROVES} RETURNING g.id"
+)
+
+# A hold's item primary keys in asking order (a hold decided whole by rules writes each item by key).
+ITEM_PKS = "SELECT id FROM holds_holditem WHERE hold_id = %s ORDER BY position"
+
+# Rules decided some items: the pending hold's fingerprint changes first, so a person's form that showed
+# every item open is refused as changed (tests/test_rules_ask.py).
+RULE_TAKE_HOLD = f"UPDATE holds_hold SET fingerprint = %s WHERE id = %s AND status = {PENDING_HOLD} RETURNING id"
+
+# ... and those items get the rule's action, comment and decided_by.
+RULE_DECIDE_ITEMS = (
+    "UPDATE holds_holditem t SET action = v.action, comment = v.comment, decided_by = v.decided_by::jsonb"
+    " FROM unnest(%s::text[], %s::text[], %s::text[], %s::text[]) AS v(item_id, action, comment, decided_by)"
+    " WHERE t.hold_id = %s AND t.item_id = v.item_id"
+)
+
+
+def backtest_rows(with_input: bool) -> str:
+    """The backtest's one pass (holds/backtest.py): per item of the capability's holds decided by people
+    since a moment, newest first, up to a limit: (hold id, item id, title, data, lowest confidence,
+    offers approve, the person's action, the run's input or NULL). What needs no Python (the lowest
+    confidence, whether approve is offered) is computed here, so each row costs one JSON decode. By the
+    `hold_decided_by_capability` index (tests/test_api_rules.py counts one query)."""
+    run_input, join = ("r.input", " JOIN holds_run r ON r.id = h.run_id") if with_input else ("NULL", "")
+    return (
+        "SELECT h.id, i.item_id, i.title, i.data,"
+        " (SELECT min(c.value::float8) FROM jsonb_each(i.confidence) AS c WHERE jsonb_typeof(c.value) = 'number'),"
+        f" COALESCE(i.actions, h.actions) ? {lit(Action.APPROVE)},"
+        f" i.action, {run_input}"
+        f" FROM holds_hold h JOIN holds_holditem i ON i.hold_id = h.id{join}"
+        f" WHERE h.capability_id = %s AND h.status = {lit(Hold.Status.DECIDED)} AND h.decided_at >= %s"
+        " AND i.decided_by IS NULL AND i.action <> ''"
+        " ORDER BY h.decided_at DESC, i.hold_id DESC, i.position LIMIT %s"
+    )
+
+
+# --- quotas (issue 30.4): what one run tree, and one caller's trees, store ---------------------------
+
+_RUN = Run._meta.db_table
+
+# The root of a run's tree (its ancestor without a parent; the run itself when it has none).
+RUN_ROOT = f"""WITH RECURSIVE up AS (
+        SELECT id, parent_id FROM {_RUN} WHERE id = %(run)s
+        UNION ALL SELECT r.id, r.parent_id FROM {_RUN} r JOIN up ON r.id = up.parent_id)
+    SELECT id FROM up WHERE parent_id IS NULL"""
+
+
+def tree_usage(table: str, size: str) -> str:
+    """Rows and bytes of `table` (files or state) over every run of the trees rooted at %(roots)s,
+    leaving out %(skip_run)s's row keyed %(skip_key)s (the state key being replaced)."""
+    return f"""WITH RECURSIVE tree AS (
+            SELECT id FROM {_RUN} WHERE id = ANY(%(roots)s)
+            UNION ALL SELECT r.id FROM {_RUN} r JOIN tree ON r.parent_id = tree.id)
+        SELECT count(*), coalesce(sum({size}), 0) FROM {table} t
+        WHERE t.run_id IN (SELECT id FROM tree)
+            AND NOT coalesce(t.run_id = %(skip_run)s AND {{key}} = %(skip_key)s, false)"""

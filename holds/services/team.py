@@ -24,6 +24,7 @@ DEFAULTS = {
     "notify": {},
     "remind_before": None,
     "confidence_default": None,
+    "protocol": "agentos",
     "quorum": None,
     "escalate": None,
 }

@@ -5,7 +5,6 @@ Pages are keyset-paginated on the id (newest first), so a page costs the same at
 hold, run, kind and time filters each walk an index of their own.
 """
 
-import csv
 import json
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -17,15 +16,13 @@ from django.urls import reverse
 from django.utils.http import urlencode
 from django.views.decorators.http import require_GET
 
+from .. import spreadsheet
 from ..auth import actor_for_user
 from ..ids import HOLD, RUN, parse_public_id, public_id
 from ..models import AuditEvent, AuditKind
 from ..paging import decode_cursor, encode_cursor, read_page
 from ..policy import may_administer
 from .common import forbid
-
-# Spreadsheets run a cell that starts with one of these as a formula; a quote makes it text.
-FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
 
 
 @dataclass
@@ -164,11 +161,6 @@ class _Echo:
         return value
 
 
-def _cell(value) -> str:
-    text = "" if value is None else str(value)
-    return "'" + text if text.startswith(FORMULA_START) else text
-
-
 @require_GET
 @login_required
 def audit_csv(request):
@@ -177,7 +169,7 @@ def audit_csv(request):
     filters = parse_filters(request.GET)
     if filters.errors:
         return HttpResponseBadRequest("\n".join(filters.errors), content_type="text/plain; charset=utf-8")
-    writer = csv.writer(_Echo())
+    writer = spreadsheet.writer(_Echo())
     header = ["id", "at", "actor", "kind", "run", "hold", "invocation", "data"]
 
     def rows():
@@ -187,12 +179,12 @@ def audit_csv(request):
                 [
                     event.pk,
                     event.at.isoformat(),
-                    _cell(event.actor),
-                    _cell(event.kind),
+                    spreadsheet.safe_cell(event.actor),
+                    spreadsheet.safe_cell(event.kind),
                     public_id(RUN, event.run_id_ref) if event.run_id_ref else "",
                     public_id(HOLD, event.hold_id_ref) if event.hold_id_ref else "",
-                    _cell(event.invocation_id_ref),
-                    _cell(data_text(event.data)),
+                    spreadsheet.safe_cell(event.invocation_id_ref),
+                    spreadsheet.safe_cell(data_text(event.data)),
                 ]
             )
 

@@ -4,20 +4,20 @@ Anyone signed in may read it. Thin: holds/calibration.py computes; the chart's g
 its drawing in the template (an SVG: the diagonal a calibrated agent would follow, one line per field).
 """
 
-import csv
-
 from django.contrib.auth.decorators import login_required
 from django.http import HttpResponse
 from django.shortcuts import render
 from django.utils import timezone
+from django.utils.http import urlencode
 from django.views.decorators.http import require_GET
 
-from .. import calibration, rollup
+from .. import calibration, rollup, spreadsheet
 from ..auth import actor_for_user
 from ..models import Capability
 
 # The plot's square in SVG units, inside margins for the axes' labels.
 SIZE, LEFT, TOP = 240, 44, 12
+ROWS_PER_PAGE = 50
 COLOURS = ("#1d4ed8", "#b45309", "#047857", "#7c3aed", "#be123c", "#0e7490", "#4d7c0f", "#a21caf")
 
 
@@ -77,11 +77,18 @@ def _report(capability: Capability | None) -> list:
 @login_required
 def calibration_page(request):
     capabilities, capability = _filter(request)
-    rows = _report(capability)
+    every = _report(capability)
+    # The table and chart show a page of rows (the CSV has them all).
+    page = _page_number(request.GET.get("page"), len(every))
+    rows = every[(page - 1) * ROWS_PER_PAGE : page * ROWS_PER_PAGE]
+    query = {"capability": capability.name} if capability else {}
     context = {
         "rows": rows,
-        "flagged": [row for row in rows if row.flagged],
+        "flagged": [row for row in every if row.flagged],
         "chart": chart(rows),
+        "page_number": page,
+        "prev_url": "?" + urlencode({**query, "page": page - 1}) if page > 1 else "",
+        "next_url": "?" + urlencode({**query, "page": page + 1}) if page * ROWS_PER_PAGE < len(every) else "",
         "buckets": [label for _, label in calibration.BUCKETS],
         "capabilities": capabilities,
         "capability": capability,
@@ -93,6 +100,11 @@ def calibration_page(request):
     return render(request, "holds/calibration.html", context)
 
 
+def _page_number(text, rows: int) -> int:
+    last = max(1, -(-rows // ROWS_PER_PAGE))
+    return min(int(text), last) if text and text.isdigit() and 0 < len(text) < 7 and int(text) > 0 else 1
+
+
 @require_GET
 @login_required
 def calibration_csv(request):
@@ -100,7 +112,7 @@ def calibration_csv(request):
     rows = _report(capability)
     response = HttpResponse(content_type="text/csv; charset=utf-8")
     response["Content-Disposition"] = 'attachment; filename="calibration.csv"'
-    writer = csv.writer(response)
+    writer = spreadsheet.writer(response)
     writer.writerow(
         ["capability", "field", "bucket", "decisions", "edited_or_rejected", "rate", "mean_confidence", "flagged"]
     )
@@ -108,8 +120,8 @@ def calibration_csv(request):
         for cell in row.cells:
             writer.writerow(
                 [
-                    _cell(row.capability),
-                    _cell(row.field),
+                    spreadsheet.safe_cell(row.capability),
+                    spreadsheet.safe_cell(row.field),
                     cell.label.replace("–", "-"),
                     cell.decisions,
                     cell.edited,
@@ -119,8 +131,3 @@ def calibration_csv(request):
                 ]
             )
     return response
-
-
-def _cell(text: str) -> str:
-    """A field name is the agent's text: one starting like a formula is quoted for spreadsheets."""
-    return "'" + text if text[:1] in ("=", "+", "-", "@", "\t", "\r") else text

@@ -8,7 +8,7 @@ from django.urls import reverse
 from django.utils import timezone
 from django.views.decorators.http import require_POST
 
-from .. import presence, services
+from .. import presence, ratelimit, services
 from ..errors import ServiceError
 from ..policy import sees_presence
 from ..responses import see_other
@@ -41,6 +41,8 @@ def hold_claim(request, hold_id: str):
     actor = viewer(request)
     hold = load_hold(hold_id)
     try:
+        # Each take and release writes an audit row: a person's cycles are bounded (RQ_RATE_CLAIM).
+        ratelimit.api_limit("claim", actor)
         if request.POST.get("release"):
             services.hold_release(hold_id=hold.pk, actor=actor)
             note = "Released: others see it as unclaimed."

@@ -6,11 +6,11 @@ from collections.abc import Callable
 
 from django.contrib import messages
 from django.core.exceptions import PermissionDenied
-from django.http import Http404
+from django.http import Http404, HttpResponse
 
 from .. import queries
 from ..auth import Actor, actor_for_user
-from ..errors import Forbidden, ServiceError
+from ..errors import Forbidden, RateLimited, ServiceError
 from ..ids import HOLD, parse_public_id
 from ..models import Hold
 from ..policy import may_read
@@ -46,10 +46,16 @@ def problems(exc: ServiceError) -> str:
 
 
 def refused(request, exc: ServiceError, back: str, *, failed: str = "", forbidden_message: bool = False):
-    """A service's refusal on a page: a 403 for Forbidden (unless the page shows it as a message),
-    else the message (prefixed by `failed`) on the page it goes back to (303)."""
+    """A service's refusal on a page: a 403 for Forbidden (unless the page shows it as a message), a
+    429 with Retry-After past a rate, else the message (prefixed by `failed`) on the page it goes back
+    to (303)."""
     if isinstance(exc, Forbidden) and not forbidden_message:
         raise PermissionDenied(exc.message) from None
+    if isinstance(exc, RateLimited):
+        # The API's 429 at every page door too (issue 30.3), with words a person can read.
+        response = HttpResponse(f"{exc.message}.", status=429, content_type="text/plain; charset=utf-8")
+        response["Retry-After"] = str(exc.extra["retry_after"])
+        return response
     messages.error(request, failed + problems(exc))
     return see_other(back)
 

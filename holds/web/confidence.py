@@ -8,8 +8,6 @@ An item's confidence is its lowest stated value; an item without any takes the c
 mixed scripts) always stays. Only items that offer approve are touched (SPEC "Approve shortcuts").
 """
 
-from dataclasses import dataclass
-
 from django.contrib.auth.decorators import login_required
 from django.http import HttpResponse
 from django.shortcuts import render
@@ -18,46 +16,9 @@ from django.views.decorators.http import require_POST
 from .. import queries
 from ..forms import DecisionForm
 from ..policy import decide_refusal
-from ..words import Action
+from .by_confidence import DEFAULT_THRESHOLD, THRESHOLDS, score
 from .common import load_hold, viewer
-from .hold import ItemView, item_views
-
-THRESHOLDS = ("0.5", "0.7", "0.8", "0.9", "0.95", "1.0")
-DEFAULT_THRESHOLD = "0.9"
-
-
-@dataclass
-class Scored:
-    view: ItemView
-    confidence: float | None
-    approve: bool
-    why: str
-
-
-def offers_approve(item, hold) -> bool:
-    """The item's effective actions: its own when it has them, else the hold's."""
-    actions = getattr(item, "actions", None) or hold.actions
-    return Action.APPROVE in actions
-
-
-def score(hold, views: list[ItemView], threshold: float) -> list[Scored]:
-    default = hold.capability.confidence_default
-    scored = []
-    for view in views:
-        values = [v for v in (view.item.confidence or {}).values() if isinstance(v, (int, float))]
-        confidence = min(values) if values else default
-        if not offers_approve(view.item, hold):
-            scored.append(Scored(view, confidence, False, "does not offer approve"))
-        elif view.flags:
-            scored.append(Scored(view, confidence, False, "flagged: " + ", ".join(view.flags) + "; always stays"))
-        elif confidence is None:
-            scored.append(Scored(view, None, False, "no confidence stated, and no confidence_default"))
-        elif confidence < threshold:
-            scored.append(Scored(view, confidence, False, f"lowest confidence {confidence:g} is below {threshold:g}"))
-        else:
-            source = "" if values else " (the capability's default)"
-            scored.append(Scored(view, confidence, True, f"lowest confidence {confidence:g}{source}"))
-    return scored
+from .hold import item_views
 
 
 @require_POST

@@ -74,27 +74,38 @@ def experiment_list(request):
 @require_GET
 @login_required
 def experiment_page(request, experiment_id: str):
-    """Each item: status, output, expected, match and a diff; totals beside the last experiment on the
-    same dataset. A fixed number of queries however many items (tests/test_evals_agent.py pins it)."""
+    """A page of items: status, output, expected, match and a diff (values past SHOWN_BYTES collapsed);
+    totals beside the last experiment on the same dataset. A fixed number of queries however many items
+    (tests/test_evals_agent.py pins it)."""
     actor = _reader(request)
     pk = parse_public_id(experiment_id, EXPERIMENT)
     experiment = Experiment.objects.select_related("dataset__capability").filter(pk=pk).first() if pk else None
     if experiment is None:
         raise Http404(f"experiment {experiment_id} does not exist")
-    results, counts = experiments.experiment_results(experiment, with_diffs=True)
+    page = request.GET.get("page", "1")
+    page = int(page) if page.isdigit() and 0 < len(page) < 6 and int(page) > 0 else 1
+    # One page of items, large values collapsed; the totals are counted by the database.
+    results, more = experiments.experiment_page(experiment, page)
+    counts, matched, mismatched = experiments.experiment_totals(experiment)
     previous = experiments.previous_experiment(experiment)
-    previous_results, previous_counts = experiments.experiment_results(previous) if previous else ([], None)
+    previous_counts, previous_matched, previous_mismatched = (
+        experiments.experiment_totals(previous) if previous else (None, 0, 0)
+    )
     context = {
         "experiment": experiment,
         "dataset": experiment.dataset,
         "results": results,
         "counts": counts,
-        "matched": sum(1 for r in results if r.matches),
-        "mismatched": sum(1 for r in results if r.matches is False),
+        "matched": matched,
+        "mismatched": mismatched,
         "previous": previous,
         "previous_counts": previous_counts,
-        "previous_matched": sum(1 for r in previous_results if r.matches),
-        "previous_mismatched": sum(1 for r in previous_results if r.matches is False),
+        "previous_matched": previous_matched,
+        "previous_mismatched": previous_mismatched,
+        "page_number": page,
+        "prev_url": f"?page={page - 1}" if page > 1 else "",
+        "next_url": f"?page={page + 1}" if more else "",
+        "shown_bytes": experiments.SHOWN_BYTES,
         "nav": "experiments",
         "role": actor.role,
     }

@@ -36,6 +36,7 @@ from ..policy import (
 from ..responses import see_other
 from ..schemas import changed_fields
 from ..words import Action
+from . import by_confidence
 from .common import load_hold, viewer
 
 # --- one hold -----------------------------------------------------------------------------------
@@ -150,7 +151,7 @@ def _hold_context(request, hold: Hold, actor: Actor, form: DecisionForm | None =
         "extend_choices": extend_choices(hold) if decider and open_ else [],
         "quorum": queries.hold_quorum(hold),
         "escalations": list(hold.escalations.order_by("step")),
-        "bc_thresholds": ("0.5", "0.7", "0.8", "0.9", "0.95", "1.0"),
+        "bc_thresholds": by_confidence.THRESHOLDS,
         **presence.hold_context(hold, request.user, shown=sees_presence(actor, hold)),
     }
 
@@ -189,6 +190,7 @@ def hold_review(request, hold_id: str):
         "items": item_views(form),
         "copied_to": sum(1 for f in form.items if f.action in (Action.EDIT, Action.REJECT, Action.FEEDBACK)),
         "by_confidence": " ".join(_by_confidence(request, form.items)),
+        "by_confidence_threshold": request.POST.get("by_confidence_threshold", ""),
         "role": actor.role,
     }
     template = "holds/review.html" + ("#last-look" if request.htmx else "")
@@ -212,7 +214,7 @@ def hold_decision(request, hold_id: str):
             actor=actor,
             body=body,
             fingerprint=request.POST.get("fingerprint", ""),
-            by_confidence=_by_confidence_ids(request, body),
+            by_confidence=_by_confidence_ids(request, hold, body),
         )
     except (Conflict, Forbidden, Invalid, NotFound, RateLimited) as exc:
         return _refused(request, queries.hold_for_page(hold.pk) or hold, exc)
@@ -236,9 +238,15 @@ def _by_confidence(request, item_forms) -> list[str]:
     ]
 
 
-def _by_confidence_ids(request, body) -> list[str]:
-    """The confirmed decision's approved item ids that approve-by-confidence set (for calibration)."""
+def _by_confidence_ids(request, hold: Hold, body) -> list[str]:
+    """The confirmed decision's approved item ids that approve-by-confidence set (for calibration):
+    those the form names that the server's own scoring at the form's threshold approves, so a crafted
+    field can take no other approved item out of calibration."""
     applied = {unquote(x) for x in request.POST.get("by_confidence", "").split()[:100]}
+    if not applied:
+        return []
+    views = item_views(DecisionForm(hold, queries.hold_items(hold)))
+    applied &= by_confidence.set_by_threshold(hold, views, request.POST.get("by_confidence_threshold", ""))
     items = body.get("items") if isinstance(body, dict) else None
     return [
         i["id"]

@@ -2,6 +2,7 @@
 Thin: parse -> queries -> render; a refresh serves the rows' fragment (`#queue-rows`, `#history-rows`)."""
 
 from django.contrib.auth.decorators import login_required
+from django.http import HttpResponseBadRequest
 from django.shortcuts import render
 from django.urls import reverse
 from django.utils import timezone
@@ -11,6 +12,7 @@ from django.views.decorators.http import require_GET
 from .. import presence, queries
 from ..auth import Actor, actor_for_user
 from ..models import Capability, Hold
+from ..paging import BadCursor
 from ..policy import approves, decidable_ids
 from .common import viewer
 
@@ -27,9 +29,12 @@ def queue(request):
     search = request.GET.get("q", "").strip()[:200]
     show_all = request.GET.get("all") == "1"
     cursor = request.GET.get("after", "")
-    page = queries.queue_page(
-        actor, capabilities, show_all=show_all, capability=capability, search=search, cursor=cursor
-    )
+    try:
+        page = queries.queue_page(
+            actor, capabilities, show_all=show_all, capability=capability, search=search, cursor=cursor
+        )
+    except BadCursor:
+        return _broken_link()
     # The highest hold id when the page was first shown; refreshes count what came after it.
     seen = _int(request.GET.get("seen"))
     if seen is None:
@@ -87,6 +92,14 @@ def _int(text) -> int | None:
 # --- history ------------------------------------------------------------------------------------
 
 
+def _broken_link() -> HttpResponseBadRequest:
+    # A crafted or damaged `after=`: the list's first page is one link away.
+    return HttpResponseBadRequest(
+        "This page link is not one this server gave out; open the list from its first page.",
+        content_type="text/plain; charset=utf-8",
+    )
+
+
 @require_GET
 @login_required
 def history(request):
@@ -96,9 +109,12 @@ def history(request):
     status = request.GET.get("status", "")
     status = status if status in queries.HISTORY_STATUSES else ""
     search = request.GET.get("q", "").strip()[:200]
-    page = queries.history_page(
-        capability=capability, status=status, search=search, cursor=request.GET.get("after", "")
-    )
+    try:
+        page = queries.history_page(
+            capability=capability, status=status, search=search, cursor=request.GET.get("after", "")
+        )
+    except BadCursor:
+        return _broken_link()
     filters = {
         k: v
         for k, v in {"capability": capability.name if capability else "", "status": status, "q": search}.items()

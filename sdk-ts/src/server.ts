@@ -25,9 +25,15 @@ export interface ServeOptions {
   secret?: string;
   /** Log a line per failed handler (default console.error). */
   log?: (message: string, error?: unknown) => void;
+  /** How long a request's headers, and then its body, may take to arrive (default 10 s). */
+  readMs?: number;
 }
 
 const MAX_BODY = 16 * 1024 * 1024;
+/** A request's headers, and then its body, must arrive within this (a slow sender holds its buffer). */
+export const READ_MS = 10_000;
+/** standardwebhooks' tolerance: a timestamp further off is refused before the body is read. */
+const TOLERANCE_S = 5 * 60;
 const REMEMBERED_ANSWERS = 10_000;
 
 /** Call a handler and turn what happened into the invocation's answer. */
@@ -73,6 +79,7 @@ export class Server {
   private readonly opts: ServeOptions;
   private readonly answers = new Map<string, { answer: Promise<Answer>; done: boolean }>();
   private readonly http: HttpServer;
+  private readonly readMs: number;
 
   constructor(handlers: Record<string, Handler>, opts: ServeOptions = {}) {
     const secret = opts.secret ?? process.env.AGENTOS_SECRET;
@@ -90,7 +97,10 @@ export class Server {
       });
     });
     // A resume may take as long as the capability's timeout; Node's 5 min request default is not ours to impose.
+    // The request itself is bounded by its parts: headers by headersTimeout, the body by readBody's deadline.
     this.http.requestTimeout = 0;
+    this.readMs = opts.readMs ?? READ_MS;
+    this.http.headersTimeout = this.readMs;
   }
 
   async listen(port?: number, host?: string): Promise<this> {
@@ -183,8 +193,14 @@ export class Server {
     if (req.method !== "POST" || path !== "/invoke") {
       return send(res, 404, { error: "not_found", message: "POST /invoke only" });
     }
-    const body = await readBody(req);
-    if (body === null) return send(res, 413, { error: "too_large", message: "body too large" });
+    // Everything that needs no body is checked before reading it: the signature's headers and timestamp,
+    // and a declared size within MAX_BODY. Then the body is read by a deadline.
+    const refusal = headerRefusal(req);
+    if (refusal) return refuse(req, res, refusal[0], refusal[1]);
+    const body = await readBody(req, Number(req.headers["content-length"]), this.readMs);
+    if (body === null) {
+      return refuse(req, res, 408, { error: "timeout", message: `the body did not arrive within ${this.readMs} ms` });
+    }
     try {
       this.webhook.verify(body, req.headers as Record<string, string>, { jsonParse: false });
     } catch (err) {
@@ -205,18 +221,60 @@ function send(res: ServerResponse, status: number, body: unknown) {
   res.end(data);
 }
 
-function readBody(req: IncomingMessage): Promise<Buffer | null> {
+type Refusal = [number, { error: string; message: string }];
+
+function headerRefusal(req: IncomingMessage): Refusal | null {
+  const id = req.headers["webhook-id"];
+  const timestamp = req.headers["webhook-timestamp"];
+  const signature = req.headers["webhook-signature"];
+  if (!id || !timestamp || !signature) return [401, { error: "unauthorized", message: "missing webhook headers" }];
+  // standardwebhooks' checks and words, made before the body is read.
+  const ts = Number(timestamp);
+  if (!/^\d+$/.test(String(timestamp))) return [401, { error: "unauthorized", message: "Invalid Signature Headers" }];
+  const now = Date.now() / 1000;
+  if (ts < now - TOLERANCE_S) return [401, { error: "unauthorized", message: "Message timestamp too old" }];
+  if (ts > now + TOLERANCE_S) return [401, { error: "unauthorized", message: "Message timestamp too new" }];
+  const length = req.headers["content-length"];
+  if (length === undefined || !/^\d+$/.test(length)) {
+    return [411, { error: "length_required", message: "a content-length is required" }];
+  }
+  if (Number(length) > MAX_BODY) return [413, { error: "too_large", message: "body too large" }];
+  return null;
+}
+
+/** Answers without reading the rest of the request, and closes the connection. */
+function refuse(req: IncomingMessage, res: ServerResponse, status: number, body: unknown) {
+  res.setHeader("connection", "close");
+  send(res, status, body);
+  res.on("finish", () => req.destroy());
+}
+
+/** The declared `length` bytes of body, or null when they did not all arrive within `ms`. */
+function readBody(req: IncomingMessage, length: number, ms: number): Promise<Buffer | null> {
   return new Promise((resolve, reject) => {
     const chunks: Buffer[] = [];
     let size = 0;
-    let over = false;
+    const timer = setTimeout(() => {
+      req.removeAllListeners("data");
+      req.pause();
+      resolve(null);
+    }, ms);
     req.on("data", (chunk: Buffer) => {
       size += chunk.length;
-      if (size > MAX_BODY) over = true;
-      else chunks.push(chunk);
+      if (size > length) {
+        clearTimeout(timer);
+        resolve(null);
+        req.destroy();
+      } else chunks.push(chunk);
     });
-    req.on("end", () => resolve(over ? null : Buffer.concat(chunks)));
-    req.on("error", reject);
+    req.on("end", () => {
+      clearTimeout(timer);
+      resolve(Buffer.concat(chunks));
+    });
+    req.on("error", (err) => {
+      clearTimeout(timer);
+      reject(err);
+    });
   });
 }
 

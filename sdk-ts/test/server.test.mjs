@@ -2,6 +2,7 @@
 // sent the way the service sends them (no service needed).
 import assert from "node:assert/strict";
 import { createServer } from "node:http";
+import { connect } from "node:net";
 import { after, before, describe, test } from "node:test";
 
 import { Resume, Server, sign } from "@agentos/sdk";
@@ -227,5 +228,50 @@ describe("eval runs", () => {
     assert.deepEqual(resume.item("A").decidedBy, { type: "rule", id: "small", version: 3 });
     assert.deepEqual(resume.item("B").decidedBy, { type: "grant", id: "grt_9" });
     assert.equal(resume.item("C").decidedBy, null);
+  });
+});
+
+// Issue 30.15: headers and size are checked before the body is read, and the body has a deadline.
+describe("hostile senders", () => {
+
+  /** Sends `head` and `body` raw and resolves with the first bytes answered (or "" after `wait` ms). */
+  function raw(url, head, body = "", wait = 5000) {
+    const { port } = new URL(url);
+    return new Promise((resolve) => {
+      const socket = connect(Number(port), "127.0.0.1", () => socket.write(head + body));
+      let answer = "";
+      const timer = setTimeout(() => (socket.destroy(), resolve(answer)), wait);
+      socket.on("data", (chunk) => {
+        answer += chunk.toString();
+        if (answer.includes("\r\n\r\n")) (clearTimeout(timer), socket.destroy(), resolve(answer));
+      });
+      socket.on("error", () => (clearTimeout(timer), resolve(answer)));
+    });
+  }
+
+  test("an unsigned request announcing 16 MB is refused at once, before its body", async () => {
+    const answer = await raw(server.url, "POST /invoke HTTP/1.1\r\nhost: x\r\ncontent-length: 16000000\r\n\r\n");
+    assert.match(answer, /^HTTP\/1\.1 401/);
+  });
+
+  test("a declared body over the limit is refused before reading", async () => {
+    const headers = sign(secret, "inv_1", "");
+    const head = Object.entries(headers).map(([k, v]) => `${k}: ${v}\r\n`).join("");
+    const answer = await raw(server.url, `POST /invoke HTTP/1.1\r\nhost: x\r\n${head}content-length: 99999999\r\n\r\n`);
+    assert.match(answer, /^HTTP\/1\.1 413/);
+  });
+
+  test("a slow body is cut at the read deadline, and others are still answered", async () => {
+    const quick = await new Server(handlers, { secret, port: 0, log: () => {}, readMs: 300 }).listen();
+    try {
+      const headers = sign(secret, "inv_1", "{}");
+      const head = Object.entries(headers).map(([k, v]) => `${k}: ${v}\r\n`).join("");
+      const answer = await raw(quick.url, `POST /invoke HTTP/1.1\r\nhost: x\r\n${head}content-length: 1048576\r\n\r\n`, "{");
+      assert.match(answer, /^HTTP\/1\.1 408/);
+      const r = await deliver(quick.url, secret, invocation({ input: { a: 1 } }));
+      assert.equal(r.status, 200);
+    } finally {
+      await quick.close();
+    }
   });
 });

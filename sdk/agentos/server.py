@@ -6,6 +6,7 @@ import json
 import logging
 import os
 import threading
+import time
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -22,6 +23,9 @@ log = logging.getLogger("agentos")
 
 Handler = Callable[[Invocation], Any]
 MAX_BODY = 16 * 1024 * 1024
+# A request's headers and body must arrive within these (a slow sender holds a thread and its buffer).
+READ_SECONDS = 10.0
+CHUNK = 64 * 1024
 
 
 class _Pending:
@@ -172,6 +176,8 @@ class Server:
 def _make_request_handler(server: Server) -> type[BaseHTTPRequestHandler]:
     class RequestHandler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
+        # Each read of the request line and headers (and an idle keep-alive) waits at most this long.
+        timeout = READ_SECONDS
         # Headers and body go out in separate writes; without TCP_NODELAY, Nagle and delayed ACKs
         # stall each keep-alive answer by ~40 ms.
         disable_nagle_algorithm = True
@@ -187,6 +193,32 @@ def _make_request_handler(server: Server) -> type[BaseHTTPRequestHandler]:
             self.end_headers()
             self.wfile.write(data)
 
+        def _refuse(self, status: int, body: dict[str, Any]) -> None:
+            # The rest of the request is not read: the connection closes after the answer.
+            self.close_connection = True
+            self._send(status, body)
+
+        def _read_body(self, length: int) -> bytes | None:
+            """The body, or None when it did not arrive by READ_SECONDS from now."""
+            deadline = time.monotonic() + READ_SECONDS
+            chunks, left = [], length
+            try:
+                while left:
+                    remaining = deadline - time.monotonic()
+                    if remaining <= 0:
+                        return None
+                    self.connection.settimeout(remaining)
+                    chunk = self.rfile.read1(min(left, CHUNK))
+                    if not chunk:
+                        return None
+                    chunks.append(chunk)
+                    left -= len(chunk)
+            except TimeoutError:
+                return None
+            finally:
+                self.connection.settimeout(self.timeout)
+            return b"".join(chunks)
+
         def do_GET(self) -> None:
             if self.path in ("/", "/healthz"):
                 self._send(200, {"status": "ok", "capabilities": sorted(server.handlers)})
@@ -197,12 +229,26 @@ def _make_request_handler(server: Server) -> type[BaseHTTPRequestHandler]:
             if self.path.split("?")[0] != "/invoke":
                 self._send(404, {"error": "not_found", "message": "POST /invoke only"})
                 return
-            length = int(self.headers.get("content-length") or 0)
-            if length > MAX_BODY:
-                self._send(413, {"error": "too_large", "message": "body too large"})
-                return
-            body = self.rfile.read(length)
+            # Everything that needs no body is checked before reading it: the signature's headers and
+            # timestamp, and a declared size within MAX_BODY. Then the body is read by a deadline.
             headers = {k.lower(): v for k, v in self.headers.items()}
+            try:
+                signing.check_headers(headers)
+            except signing.SignatureError as exc:
+                self._refuse(401, {"error": "unauthorized", "message": str(exc)})
+                return
+            length_text = self.headers.get("content-length") or ""
+            if not length_text.isdigit():
+                self._refuse(411, {"error": "length_required", "message": "a content-length is required"})
+                return
+            length = int(length_text)
+            if length > MAX_BODY:
+                self._refuse(413, {"error": "too_large", "message": "body too large"})
+                return
+            body = self._read_body(length)
+            if body is None:
+                self._refuse(408, {"error": "timeout", "message": f"the body did not arrive within {READ_SECONDS:g} s"})
+                return
             try:
                 signing.verify(server.secret, headers, body)
             except signing.SignatureError as exc:

@@ -39,18 +39,11 @@ def sign(secret: str, msg_id: str, body: bytes, timestamp: int | None = None) ->
     }
 
 
-def verify(
-    secret: str,
-    headers: dict[str, str],
-    body: bytes,
-    *,
-    now: float | None = None,
-    tolerance: int = TOLERANCE_SECONDS,
-) -> None:
-    """Raise SignatureError unless one `v1,` entry matches and the timestamp is fresh.
-
-    `headers` must be keyed by lower-case names.
-    """
+def check_headers(
+    headers: dict[str, str], *, now: float | None = None, tolerance: int = TOLERANCE_SECONDS
+) -> tuple[str, int, str]:
+    """(id, timestamp, signature header) when the signature's headers are there and the timestamp is
+    fresh, else SignatureError: what a server checks before it reads a body at all."""
     msg_id = headers.get("webhook-id")
     ts_text = headers.get("webhook-timestamp")
     sig_header = headers.get("webhook-signature")
@@ -64,6 +57,22 @@ def verify(
     # Both directions: a timestamp far in the future is as suspect as an old one.
     if abs(current - ts) > tolerance:
         raise SignatureError("stale webhook-timestamp")
+    return msg_id, ts, sig_header
+
+
+def verify(
+    secret: str,
+    headers: dict[str, str],
+    body: bytes,
+    *,
+    now: float | None = None,
+    tolerance: int = TOLERANCE_SECONDS,
+) -> None:
+    """Raise SignatureError unless one `v1,` entry matches and the timestamp is fresh.
+
+    `headers` must be keyed by lower-case names.
+    """
+    msg_id, ts, sig_header = check_headers(headers, now=now, tolerance=tolerance)
     expected = signature(secret, msg_id, ts, body).encode()
     found = False
     # Every entry is compared, so the time taken does not tell which entry was close.

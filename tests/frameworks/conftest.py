@@ -1,5 +1,5 @@
 """Ports of each framework's own human-in-the-loop examples, driven through the real service: gunicorn,
-a Celery worker and beat (tests/processes.py), PostgreSQL and Redis, one service per module. The agent
+a Celery worker and beat (tests/processes.py), PostgreSQL and Redis, one service per test worker. The agent
 runs in the test process on the agentos SDK (agentos.Server), so a test can read what its tools received.
 """
 
@@ -21,10 +21,12 @@ from tests.processes import Processes, free_port, service_env, wait_until
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.needs_redis]
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def service(tmp_path_factory, django_db_setup, django_db_blocker):
-    """The web, worker and beat processes, shared by the module's tests (each test brings its own
-    capability, key and agent: the test database is emptied after every test)."""
+    """The web, worker and beat processes, shared by every framework port a test worker runs (each test
+    brings its own capability, key and agent: the test database is emptied after every test). One
+    service per session rather than per module: starting gunicorn, a Celery worker and beat costs
+    seconds of both cores each time."""
     processes = Processes(tmp_path_factory.mktemp("service"))
     with django_db_blocker.unblock():
         port = free_port()

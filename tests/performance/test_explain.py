@@ -3,14 +3,12 @@ planner to care (PostgreSQL, 20,000 seeded holds). The queue and history queries
 same way in test_view_queue.py."""
 
 import pytest
-from django.db import connection
 from django.utils import timezone
 
 from bench import seeding
 from holds import rollup, services
-from holds.auth import TOKEN_QUERY
 from holds.models import Invocation
-from holds.services import asks, delivery
+from holds.services import asks, delivery, gateway, sql
 
 pytestmark = [pytest.mark.django_db]
 
@@ -18,8 +16,7 @@ pytestmark = [pytest.mark.django_db]
 @pytest.fixture
 def seeded(db):
     seeding.seed(holds=20_000, capability_count=3, items=1)
-    with connection.cursor() as cursor:
-        cursor.execute("ANALYZE")
+    gateway.fetch("ANALYZE")
 
 
 def plan(queryset) -> str:
@@ -41,9 +38,7 @@ def test_the_relay_reads_due_invocations_through_the_outbox_index(seeded):
 
 def test_a_token_finds_its_invocation_by_primary_key(seeded):
     invocation = Invocation.objects.order_by("pk").first()
-    with connection.cursor() as cursor:
-        cursor.execute("EXPLAIN " + TOKEN_QUERY.parts()[0], [invocation.id])
-        text = "\n".join(row[0] for row in cursor.fetchall())
+    text = "\n".join(row[0] for row in gateway.fetch("EXPLAIN " + sql.TOKEN.parts()[0], [invocation.id]))
     assert "Index Scan using holds_invocation_" in text and "Seq Scan on holds_invocation" not in text, text
 
 
@@ -53,10 +48,8 @@ def test_an_ask_finds_its_token_by_primary_key_in_its_own_statement(seeded):
     invocation = Invocation.objects.order_by("pk").first()
     ask, items, _ = asks.read_ask(factories.ask_body(), None)
     hold, event = asks.new_hold(ask, items, invocation_id=invocation.id)
-    sql, params = asks.ask_statement(hold, items, event, run=None, token_hash=invocation.token_hash)
-    with connection.cursor() as cursor:
-        cursor.execute("EXPLAIN " + sql, params)
-        text = "\n".join(row[0] for row in cursor.fetchall())
+    statement, params = asks.ask_statement(hold, items, event, run=None, token_hash=invocation.token_hash)
+    text = "\n".join(row[0] for row in gateway.fetch("EXPLAIN " + statement, params))
     # Not the partial index of live invocations, searched for the id (it grows with the backlog).
     assert "Index Scan using holds_invocation_pkey" in text and "invocation_outbox_due" not in text, text
 
@@ -74,12 +67,11 @@ def test_the_ops_page_counts_holds_expiring_within_the_hour_by_index(seeded):
 
 def test_invocation_ids_have_no_pattern_index_that_nothing_reads():
     # Each would cost the sweep and every decision an index write on a random page (migration 0008).
-    with connection.cursor() as cursor:
-        cursor.execute(
-            "SELECT indexname FROM pg_indexes WHERE indexdef LIKE '%varchar_pattern_ops%' "
-            "AND tablename IN ('holds_invocation', 'holds_hold')"
-        )
-        assert cursor.fetchall() == []
+    found = gateway.fetch(
+        "SELECT indexname FROM pg_indexes WHERE indexdef LIKE '%varchar_pattern_ops%' "
+        "AND tablename IN ('holds_invocation', 'holds_hold')"
+    )
+    assert found == []
 
 
 def test_a_claim_moves_its_held_run_on_by_primary_key_however_many_runs_are_held(cap):
@@ -96,7 +88,6 @@ def test_a_claim_moves_its_held_run_on_by_primary_key_however_many_runs_are_held
         body={"items": [{"id": "INV-1", "action": "approve"}, {"id": "INV-2", "action": "approve"}]},
     )
     resume = Invocation.objects.get(hold=hold)
-    with connection.cursor() as cursor:
-        cursor.execute("EXPLAIN " + delivery.CLAIM_SQL, {"id": resume.id, "now": timezone.now(), "grace": 5.0})
-        text = "\n".join(row[0] for row in cursor.fetchall())
+    params = {"id": resume.id, "now": timezone.now(), "grace": 5.0}
+    text = "\n".join(row[0] for row in gateway.fetch("EXPLAIN " + delivery.CLAIM_SQL, params))
     assert "Seq Scan on holds_run" not in text and "Seq Scan on holds_invocation" not in text, text

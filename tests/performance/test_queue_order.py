@@ -2,6 +2,7 @@
 each walk a partial index, on 20,000 pending holds. Pins the plan, so it lives with the internals."""
 
 import datetime as dt
+import re
 
 import pytest
 from django.db import connection
@@ -11,6 +12,7 @@ from django.utils import timezone
 from holds import queries
 from holds.auth import actor_for_user
 from holds.models import Capability, Hold
+from holds.services import gateway
 from tests import factories
 from tests.test_view_queue import bulk_holds
 
@@ -21,17 +23,14 @@ def test_every_arm_of_the_queue_walks_an_index(cap, member):
     bulk_holds(cap, 20_000)
     some = list(Hold.objects.order_by("pk").values_list("pk", flat=True)[:200:10])
     Hold.objects.filter(pk__in=some).update(claimed_by=member, claimed_until=timezone.now() + dt.timedelta(minutes=15))
-    with connection.cursor() as cursor:
-        cursor.execute("ANALYZE holds_hold")
+    gateway.fetch("ANALYZE holds_hold")
     caps, actor = list(Capability.objects.all()), actor_for_user(member)
     for capability in (None, cap):
         page = queries.queue_page(actor, caps, capability=capability)
         assert len(page.rows) == 50
         with CaptureQueriesContext(connection) as captured:
             queries.queue_page(actor, caps, capability=capability)
-        with connection.cursor() as cursor:
-            cursor.execute("EXPLAIN " + captured.captured_queries[-1]["sql"])
-            plan = "\n".join(row[0] for row in cursor.fetchall())
+        plan = "\n".join(row[0] for row in gateway.fetch("EXPLAIN " + captured.captured_queries[-1]["sql"]))
         assert "Seq Scan on holds_hold" not in plan, plan
         # Each of the eight arms reads one of the queue's partial indexes: in order, or (a claimed arm of
         # a few rows) as a bitmap of hold_queue_claimed.
@@ -72,3 +71,15 @@ def test_claimed_holds_come_after_unclaimed_ones_of_the_same_bucket_across_pages
     mine = [i for i in seen if i in expiries]
     assert mine == ["soon-later", "soon-claimed", "day-free", "day-claimed", "week-free", "never-free", "never-claimed"]
     assert len(seen) == len(set(seen)) == 67
+
+
+def test_the_queue_pages_by_keyset_with_no_count_and_no_offset(client, cap, member):
+    # Moved from test_view_queue (issue 29.7): it reads the SQL text the pages send.
+    bulk_holds(cap, 130)
+    client.force_login(member)
+    with CaptureQueriesContext(connection) as captured:
+        first = client.get("/")
+        nxt = re.search(r'href="([^"]+)" rel="next"', first.content.decode()).group(1).replace("&amp;", "&")
+        client.get(nxt)
+    sql = " ".join(q["sql"].upper() for q in captured.captured_queries)
+    assert 'FROM "HOLDS_HOLD"' in sql and "COUNT(" not in sql and "OFFSET" not in sql

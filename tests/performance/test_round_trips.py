@@ -11,7 +11,7 @@ from holds import delivery, services
 from holds.auth import actor_for_account
 from holds.errors import Conflict
 from holds.models import AuditEvent, DeliveryAttempt, Invocation, PendingCount, Run
-from holds.services.transactions import one_round_trip
+from holds.services.gateway import one_round_trip
 from tests import factories
 
 pytestmark = pytest.mark.django_db
@@ -77,15 +77,15 @@ def test_a_decision_alone_is_a_read_and_one_round_trip_and_a_lost_one_writes_not
 
 
 @pytest.mark.django_db(transaction=True)
-def test_a_resume_delivery_is_four_round_trips(agent, acap, count_round_trips):
+def test_a_resume_delivery_is_three_round_trips(agent, acap, count_round_trips):
     """The claim (BEGIN, SET LOCAL, the UPDATE ... RETURNING, COMMIT) is one round trip. Recording the
-    answer is three: psycopg's BEGIN; the locks on the invocation, its run and the asked hold; then
-    the invocation's UPDATE, the run's finish (two statements), the attempt with its audit event and
-    the COMMIT. Pinned so that neither can creep back."""
+    answer is two: BEGIN with the locks on the invocation, its run and the asked hold; then the
+    invocation's UPDATE, the run's finish (two statements), the attempt with its audit event and the
+    COMMIT (gateway.transaction: psycopg sends no BEGIN of its own). Pinned so that neither can creep back."""
     resume = _decided_resume(acap)
     with count_round_trips() as sent:
         assert delivery.deliver(resume.id) == "answered"
-    assert (sent.round_trips, sent.statements) == (4, 11), sent
+    assert (sent.round_trips, sent.statements) == (3, 12), sent
     assert agent.requests[-1]["headers"]["webhook-id"] == resume.id
     resume.refresh_from_db()
     assert resume.status == Invocation.Status.ANSWERED

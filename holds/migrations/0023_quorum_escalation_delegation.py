@@ -8,7 +8,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('holds', '0021_rules_and_grants'),
+        ('holds', '0022_capability_protocol'),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 

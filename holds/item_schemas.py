@@ -1,0 +1,171 @@
+"""Item schemas (SPEC "Settled": `schema`): checked under their draft, compiled at a bounded cost, once.
+
+Compiling a pattern is what costs: Rust's `regex` (RE2's design, so matching is linear) builds an
+automaton whose size grows with counted repetition, and `.{10000}` took 0.1-6 s to build. So an ask's
+schemas are bounded before anything is compiled (at most MAX_PATTERNS patterns of MAX_PATTERN_CHARS,
+MAX_ASK_SCHEMA_BYTES of distinct schemas), and each pattern is compiled with a size limit that the
+engine checks while it builds (PATTERN_SIZE_LIMIT: past it the pattern is refused, having cost about
+2 ms of CPU at most). A compiled schema is kept by its SHA-256 in a small LRU cache, so the asks of
+one agent and every edit decision on its items compile nothing again.
+"""
+
+import hashlib
+import threading
+from collections import OrderedDict
+from typing import Any
+
+import jsonschema_rs
+
+from .canonical import canonical_json
+
+DRAFT_2020_12 = "https://json-schema.org/draft/2020-12/schema"
+DRAFT_07 = "http://json-schema.org/draft-07/schema"
+# `$schema` as written -> the validator of that draft (an absent `$schema` means 2020-12).
+DRAFTS = {
+    DRAFT_2020_12: jsonschema_rs.Draft202012Validator,
+    DRAFT_2020_12 + "#": jsonschema_rs.Draft202012Validator,
+    DRAFT_07: jsonschema_rs.Draft7Validator,
+    DRAFT_07 + "#": jsonschema_rs.Draft7Validator,
+}
+# SPEC "Per-item actions, details and schema": each at most 64 KiB (the schema as compact JSON).
+MAX_ITEM_SCHEMA_BYTES = 64 * 1024
+# The whole ask (its distinct schemas): compile time grows with the size of what is compiled.
+MAX_ASK_SCHEMA_BYTES = 256 * 1024
+MAX_PATTERNS = 32  # `pattern` values and `patternProperties` keys, in all of an ask's distinct schemas
+MAX_PATTERN_CHARS = 1000
+# Bytes of one compiled pattern. `^.{1,100}$`, `^\p{L}+$` or a UUID fit; `.{300}` does not.
+PATTERN_SIZE_LIMIT = 256 * 1024
+CACHE_SIZE = 256
+
+
+def _patterns(node: Any) -> list:
+    """Every regular expression in a schema: `pattern` values and `patternProperties` keys."""
+    found = []
+    if isinstance(node, dict):
+        for key, value in node.items():
+            if key == "pattern":
+                found.append(value)
+            elif key == "patternProperties" and isinstance(value, dict):
+                found += list(value)
+            found += _patterns(value)
+    elif isinstance(node, list):
+        for value in node:
+            found += _patterns(value)
+    return found
+
+
+def _non_local_refs(node: Any, path: str = "") -> list[str]:
+    """Where the schema points outside itself: only `#...` references resolve (nothing is fetched)."""
+    found = []
+    if isinstance(node, dict):
+        for key, value in node.items():
+            if key in ("$ref", "$dynamicRef", "$recursiveRef") and isinstance(value, str) and not value.startswith("#"):
+                found.append(f"{path}/{key}" if path else key)
+            found += _non_local_refs(value, f"{path}/{key}")
+    elif isinstance(node, list):
+        for n, value in enumerate(node):
+            found += _non_local_refs(value, f"{path}/{n}")
+    return found
+
+
+def bound_problems(schemas: list[tuple[str, dict]]) -> list[dict]:
+    """What makes an ask's schemas (`(field, schema)` pairs) too costly to compile, checked without
+    compiling anything: sizes, the number and length of patterns, references and the draft."""
+    errors, seen, total, patterns = [], set(), 0, 0
+    for where, schema in schemas:
+        text = canonical_json(schema)
+        size = len(text.encode())
+        if size > MAX_ITEM_SCHEMA_BYTES:
+            errors.append({"field": where, "message": f"a schema is limited to {MAX_ITEM_SCHEMA_BYTES} bytes"})
+            continue
+        draft = schema.get("$schema", DRAFT_2020_12)
+        if not isinstance(draft, str) or draft not in DRAFTS:
+            message = f"$schema must name draft 2020-12 ({DRAFT_2020_12}) or draft-07 ({DRAFT_07})"
+            errors.append({"field": where, "message": message})
+            continue
+        remote = _non_local_refs(schema)
+        if remote:
+            message = f"only local references (#...) are allowed; found one at {remote[0]}"
+            errors.append({"field": where, "message": message})
+            continue
+        if text in seen:
+            continue  # the same schema again compiles once
+        seen.add(text)
+        total += size
+        found = _patterns(schema)
+        patterns += len(found)
+        long = [p for p in found if isinstance(p, str) and len(p) > MAX_PATTERN_CHARS]
+        if long:
+            message = f"a pattern is limited to {MAX_PATTERN_CHARS} characters"
+            errors.append({"field": where, "message": message})
+    if total > MAX_ASK_SCHEMA_BYTES:
+        message = f"the schemas of one ask are limited to {MAX_ASK_SCHEMA_BYTES} bytes together"
+        errors.append({"field": "items", "message": message})
+    if patterns > MAX_PATTERNS:
+        message = f"the schemas of one ask may hold at most {MAX_PATTERNS} patterns together"
+        errors.append({"field": "items", "message": message})
+    return errors
+
+
+_cache: OrderedDict = OrderedDict()
+_lock = threading.Lock()
+
+
+def item_validator(schema: dict):
+    """The compiled validator of a schema that passed bound_problems, from the cache when it was
+    compiled before. Raises ValueError (why) for a schema that is not valid (also cached)."""
+    text = canonical_json(schema)
+    key = hashlib.sha256(text.encode()).digest()
+    with _lock:
+        found = _cache.get(key)
+        if found is not None:
+            _cache.move_to_end(key)
+    if found is None:
+        found = _compile(schema)
+        with _lock:
+            _cache[key] = found
+            while len(_cache) > CACHE_SIZE:
+                _cache.popitem(last=False)
+    if isinstance(found, str):
+        raise ValueError(found)
+    return found
+
+
+def _compile(schema: dict):
+    """The validator, or why the schema is not valid. Patterns run on the linear-time engine with a
+    size limit (RegexOptions); formats are not checked and nothing is fetched."""
+    if bound_problems([("schema", schema)]):
+        return bound_problems([("schema", schema)])[0]["message"]
+    validator_class = DRAFTS[schema.get("$schema", DRAFT_2020_12)]
+    try:
+        return validator_class(
+            schema,
+            pattern_options=jsonschema_rs.RegexOptions(size_limit=PATTERN_SIZE_LIMIT),
+            offline=True,
+            validate_formats=False,
+        )
+    except (jsonschema_rs.ValidationError, jsonschema_rs.ReferencingError, ValueError) as exc:
+        # The first line says what is wrong; the rest repeats the schema.
+        first = str(exc).splitlines()[0]
+        if 'is not a "regex"' in first:
+            first += f" (or its compiled form is over {PATTERN_SIZE_LIMIT} bytes)"
+        return f"not a valid JSON Schema: {first}"
+
+
+def compile_problems(schemas: list[tuple[str, dict]]) -> list[dict]:
+    """Each schema compiled (or found in the cache): why any is not valid. Call only after
+    bound_problems found nothing, and only for a caller whose token is live."""
+    errors = []
+    for where, schema in schemas:
+        try:
+            item_validator(schema)
+        except ValueError as exc:
+            errors.append({"field": where, "message": str(exc)})
+    return errors
+
+
+def item_schema_problems(schema: dict) -> list[str]:
+    """Why one schema may not be an item's (bounded, then compiled): for callers with a single schema
+    (the MCP gateway's elicitations and tool inputs)."""
+    problems = bound_problems([("schema", schema)]) or compile_problems([("schema", schema)])
+    return [problem["message"] for problem in problems]
