@@ -148,3 +148,26 @@ def test_bad_escalate_steps_are_refused_at_load(tmp_path):
         file.write_text(f"capabilities:\n  c:\n    endpoint: http://127.0.0.1:9\n    escalate: {steps}\n")
         with pytest.raises(CommandError, match=message):
             call_command("sync_capabilities", str(file))
+
+
+def test_set_away_command_sets_and_clears_the_window(team):
+    call_command(
+        "set_away", "ann", "--from", "2026-01-01T00:00+00:00", "--until", "2099-01-01T00:00+00:00", "--delegate", "bob"
+    )
+    team["ann"].membership.refresh_from_db()
+    assert team["ann"].membership.delegate == team["bob"]
+    factories.capability("pay_big", approvers=["admin"])
+    with pytest.raises(CommandError, match="delegation never grants a role"):
+        call_command(
+            "set_away",
+            "ann",
+            "--from",
+            "2026-01-01T00:00+00:00",
+            "--until",
+            "2099-01-01T00:00+00:00",
+            "--delegate",
+            "mona",
+        )
+    call_command("set_away", "ann", "--clear")
+    team["ann"].membership.refresh_from_db()
+    assert team["ann"].membership.delegate is None and team["ann"].membership.away_from is None
