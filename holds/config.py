@@ -35,7 +35,7 @@ KEYS = {
     "quorum",
     "escalate",
 }
-NOTIFY_KEYS = {"email", "webhook"}
+NOTIFY_KEYS = {"email", "webhook", "slack", "push"}
 DURATION = re.compile(r"^(\d+(?:\.\d+)?)(ms|s|m|h|d)?$")
 UNITS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, None: 1}
 # remind_before spans what a hold may live (SPEC: expires_in is at most 30 days).
@@ -179,9 +179,13 @@ def _capability(base: Path, name: str, raw) -> tuple[CapabilitySpec, list[str]]:
     if "notify" in raw:
         notify = raw["notify"]
         if not isinstance(notify, dict) or set(notify) - NOTIFY_KEYS:
-            errors.append("key 'notify': a mapping with 'email' (true/false) and/or 'webhook' (a URL)")
-        elif "email" in notify and not isinstance(notify["email"], bool):
-            errors.append("key 'notify.email': true or false")
+            errors.append(
+                "key 'notify': a mapping with 'email' / 'push' (true/false), 'webhook' (a URL), 'slack' (a channel id)"
+            )
+        elif any(key in notify and not isinstance(notify[key], bool) for key in ("email", "push")):
+            errors.append("key 'notify.email' and 'notify.push': true or false")
+        elif "slack" in notify and not re.match(r"^[A-Z0-9]{2,40}$", str(notify["slack"])):
+            errors.append("key 'notify.slack': a Slack channel id such as C0123456789")
         elif "webhook" in notify and not re.match(r"^https?://\S+$", str(notify["webhook"])):
             errors.append("key 'notify.webhook': an http(s) URL")
         else:

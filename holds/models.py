@@ -665,6 +665,8 @@ class Notification(models.Model):
     class Channel(models.TextChoices):
         EMAIL = "email"
         WEBHOOK = "webhook"
+        SLACK = "slack"
+        PUSH = "push"
 
     hold = models.ForeignKey(Hold, on_delete=models.CASCADE, related_name="notifications")
     kind = models.CharField(max_length=10, choices=Kind.choices)
@@ -683,6 +685,61 @@ class Notification(models.Model):
 
     def __str__(self) -> str:
         return f"{public_id(HOLD, self.hold_id)} {self.kind} {self.channel}"
+
+
+# --- channels: Slack and Web Push (SPEC "Round 3 ... Channels") ----------------------------------
+
+
+class SlackMessage(models.Model):
+    """The Slack message that announced a hold, so that it is updated in place once the hold closes."""
+
+    hold = models.OneToOneField(Hold, on_delete=models.CASCADE, related_name="slack_message")
+    channel = models.CharField(max_length=100)
+    ts = models.CharField(max_length=40)
+    # Set when chat.update removed the buttons; the beat pass looks for closed holds where it is NULL.
+    closed_at = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        indexes = [models.Index(fields=["created_at"], condition=Q(closed_at__isnull=True), name="slack_open")]
+
+    def __str__(self) -> str:
+        return f"{public_id(HOLD, self.hold_id)} in {self.channel}"
+
+
+class SlackRequest(models.Model):
+    """One signed interaction request seen, by its signature: the same request sent again within the
+    5-minute window (a replay) finds its row and is refused. Rows older than the window are pruned."""
+
+    signature = models.CharField(max_length=100, unique=True)
+    received_at = models.DateTimeField(auto_now_add=True)
+
+    def __str__(self) -> str:
+        return f"Slack request at {self.received_at}"
+
+
+class SlackLink(models.Model):
+    """An explicit link from a Slack user to a person, set on the person's page by an admin; without
+    one, a Slack user is mapped by Slack's confirmed e-mail address."""
+
+    user = models.OneToOneField(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="slack_link")
+    slack_user_id = models.CharField(max_length=40, unique=True)
+
+    def __str__(self) -> str:
+        return f"{self.user} = Slack {self.slack_user_id}"
+
+
+class PushSubscription(models.Model):
+    """A browser's Web Push subscription of one person; deleted when the push service answers 404/410."""
+
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="push_subscriptions")
+    endpoint = models.URLField(max_length=1000, unique=True)
+    p256dh = models.CharField(max_length=200)
+    auth = models.CharField(max_length=100)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    def __str__(self) -> str:
+        return f"{self.user}'s push subscription"
 
 
 # --- evals: datasets of recorded runs, experiments that replay them (SPEC "Evals") ---------------

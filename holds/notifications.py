@@ -11,7 +11,6 @@ lost (the broker was down) and holds due a reminder.
 """
 
 import logging
-import re
 from datetime import timedelta
 
 import httpx
@@ -19,21 +18,21 @@ from django.conf import settings
 from django.core import mail
 from django.db.models import DateTimeField, F, Max, Q, Value
 from django.template.loader import render_to_string
-from django.urls import reverse
 from django.utils import timezone
 
+from . import push, slack
 from .config import REMIND_BEFORE, REMIND_MIN_LIFE
+from .messages import hold_url, one_line, slack_escape
 from .models import Capability, Hold, Notification
 from .policy import acting_for, deciders_of
 
 log = logging.getLogger(__name__)
 
-CHANNELS = (Notification.Channel.EMAIL, Notification.Channel.WEBHOOK)
+CHANNELS = tuple(Notification.Channel)
 CLAIM_FOR = timedelta(minutes=2)
 # A hold's on-commit enqueue gets this long before beat's catch-up sends for it instead.
 CATCH_UP_AFTER = timedelta(minutes=1)
 CATCH_UP_WINDOW = timedelta(minutes=30)
-CONTROL = re.compile(r"[\x00-\x1f\x7f\u2028\u2029]+")
 
 
 class Busy(Exception):
@@ -81,16 +80,6 @@ def due(*, now=None) -> list[tuple[str, list[int]]]:
 
 
 # --- sending --------------------------------------------------------------------------------------
-
-
-def hold_url(hold: Hold) -> str:
-    return settings.RQ_PUBLIC_URL + reverse("hold", args=[hold.public_id])
-
-
-def one_line(text: str, limit: int = 200) -> str:
-    """Agent-written text for a header or a chat line: no line breaks or control characters."""
-    text = CONTROL.sub(" ", text).strip()
-    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 def approver_emails(hold: Hold) -> list[str]:
@@ -177,15 +166,10 @@ def email_message(hold: Hold, kind: str, to: str) -> mail.EmailMessage:
     return mail.EmailMessage(subject=subject, body=body, from_email=settings.RQ_NOTIFY_FROM, to=[to])
 
 
-def _slack_escape(text: str) -> str:
-    # Slack's mrkdwn: only these three are special; escaping them also defuses <!channel> pings.
-    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
-
-
 def webhook_payload(hold: Hold, kind: str) -> dict:
     """A Slack-compatible message (text + blocks); Mattermost and others read `text`."""
-    intent = _slack_escape(one_line(hold.intent, 500))
-    capability = _slack_escape(hold.capability.name)
+    intent = slack_escape(one_line(hold.intent, 500))
+    capability = slack_escape(hold.capability.name)
     url = hold_url(hold)
     lead = lead_line(hold, kind)
     text = f"{lead}: {intent} ({capability}) <{url}|Open {hold.public_id}>"
@@ -233,6 +217,10 @@ def deliver(*, hold_id: int, kind: str, channel: str) -> str:
     if hold.status != Hold.Status.PENDING:
         return "not-pending"  # decided or expired already: nobody needs to hear about it
     notify = hold.capability.notify if isinstance(hold.capability.notify, dict) else {}
+    if (channel == Notification.Channel.SLACK and not slack.configured()) or (
+        channel == Notification.Channel.PUSH and not push.configured()
+    ):
+        return "off"  # not set up on this server: no row for every hold
     row = _claim(hold, kind, channel)
     if row is None:
         return "already-sent"
@@ -243,7 +231,7 @@ def deliver(*, hold_id: int, kind: str, channel: str) -> str:
                 return _done(row, "skipped: email is off or no approver has an address")
             mail.mailers.default.send_messages([email_message(hold, kind, to) for to in recipients])
             result = f"sent to {len(recipients)}"
-        else:
+        elif channel == Notification.Channel.WEBHOOK:
             url = notify.get("webhook")
             if not url:
                 return _done(row, "skipped: no webhook")
@@ -259,6 +247,17 @@ def deliver(*, hold_id: int, kind: str, channel: str) -> str:
                     f"the webhook answered HTTP {response.status_code}", request=response.request, response=response
                 )
             result = "posted"
+        elif channel == Notification.Channel.SLACK:
+            target = notify.get("slack")
+            if not target:
+                return _done(row, "skipped: the capability names no Slack channel")
+            if kind != Notification.Kind.ASKED:
+                return _done(row, "skipped: the Slack message of the hold is updated in place, not repeated")
+            result = slack.post(hold, target)
+        else:
+            if kind != Notification.Kind.ASKED or not notify.get("push", True):
+                return _done(row, "skipped: Web Push announces new holds only, where the capability allows it")
+            result = push.send(hold, deciders_of(hold))
     except Exception as exc:
         Notification.objects.filter(pk=row.pk).update(claimed_until=None, last_error=f"{exc}"[:500])
         raise

@@ -7,7 +7,7 @@ from celery import shared_task
 from django.conf import settings
 from django.core import mail
 
-from . import notifications, rollup, services
+from . import notifications, rollup, services, slack
 from .models import Hold, Notification
 
 log = logging.getLogger(__name__)
@@ -63,6 +63,23 @@ def remind_due(now=None) -> int:
             enqueue(hold_id, kind)
             count += 1
     return count
+
+
+@shared_task(bind=True, acks_late=True, ignore_result=True, max_retries=3)
+def slack_decide(self, slack_user: str, channel: str, action: str, hold_ref: str) -> str:
+    """A verified Slack button press, decided after the interaction was acknowledged (Slack wants an
+    answer within 3 s). A retry after the decision finds the hold decided and decides nothing."""
+    try:
+        return slack.decide(slack_user=slack_user, channel=channel, action=action, hold_ref=hold_ref)
+    except Exception as exc:
+        log.warning("the Slack decision of %s failed: %s", hold_ref, exc)
+        raise self.retry(countdown=5) from None
+
+
+@shared_task(ignore_result=True)
+def close_slack() -> int:
+    """Beat: Slack messages of holds closed anywhere lose their buttons (chat.update)."""
+    return slack.close_due()
 
 
 @shared_task(ignore_result=True)

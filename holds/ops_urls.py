@@ -10,6 +10,7 @@ urlpatterns = [
     path("team/people", team.person_add, name="team-person-add"),
     path("team/people/<int:user_id>/role", team.person_role, name="team-person-role"),
     path("team/people/<int:user_id>/active", team.person_active, name="team-person-active"),
+    path("team/people/<int:user_id>/slack", team.person_slack, name="team-person-slack"),
     path("team/accounts", team.account_add, name="team-account-add"),
     path("team/accounts/<int:account_id>/role", team.account_role, name="team-account-role"),
     path("team/accounts/<int:account_id>/revoke", team.account_revoke, name="team-account-revoke"),

@@ -1,12 +1,16 @@
 from django.contrib.auth import views as auth_views
 from django.urls import path
 
-from .web import calibration, claims, confidence, evals, extend, grants, hold, login, queue, rules
+from .web import app, calibration, claims, confidence, evals, extend, grants, hold, login, queue, rules, slack
 
 urlpatterns = [
     path("login/", login.login, name="login"),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("", queue.queue, name="queue"),
+    path("manifest.webmanifest", app.manifest, name="manifest"),
+    path("sw.js", app.service_worker, name="service-worker"),
+    path("push/subscriptions", app.push_subscriptions, name="push-subscriptions"),
+    path("slack/interactions", slack.interactions, name="slack-interactions"),
     path("history", queue.history, name="history"),
     path("holds/<str:hold_id>", hold.hold_page, name="hold"),
     path("holds/<str:hold_id>/review", hold.hold_review, name="hold-review"),

@@ -62,6 +62,7 @@ class AuditKind(models.TextChoices):
     GRANT_REVOKED = "grant.revoked", "grant revoked"
     GRANT_USED = "grant.used", "grant used"
     HOLD_DECIDED_BY_RULE = "hold.decided_by_rule", "items decided by rule"
+    SLACK_REFUSED = "slack.refused", "Slack interaction refused"
 
 
 class OutcomeKind(StrEnum):

@@ -108,6 +108,16 @@ RQ_NOTIFY_FROM = env_str("RQ_NOTIFY_FROM", DEFAULT_FROM_EMAIL)
 RQ_WEBHOOK_TIMEOUT = float(env_int("RQ_WEBHOOK_TIMEOUT", 10))
 RQ_NOTIFY_RETRIES = env_int("RQ_NOTIFY_RETRIES", 6)
 RQ_NOTIFY_BACKOFF = env_int("RQ_NOTIFY_BACKOFF", 30)
+# Slack (docs/channels.md): a bot token with chat:write and users:read.email, and the app's signing
+# secret. RQ_SLACK_API_URL only points the client at a stand-in in tests.
+RQ_SLACK_BOT_TOKEN = env_str("RQ_SLACK_BOT_TOKEN", "")
+RQ_SLACK_SIGNING_SECRET = env_str("RQ_SLACK_SIGNING_SECRET", "")
+RQ_SLACK_API_URL = env_str("RQ_SLACK_API_URL", "https://slack.com/api/")
+RQ_SLACK_CLOSE_INTERVAL = env_int("RQ_SLACK_CLOSE_INTERVAL", 10)
+# Web Push: `manage.py vapid_keys` prints both keys; the subject is a mailto: or https: contact.
+RQ_VAPID_PRIVATE_KEY = env_str("RQ_VAPID_PRIVATE_KEY", "")
+RQ_VAPID_PUBLIC_KEY = env_str("RQ_VAPID_PUBLIC_KEY", "")
+RQ_VAPID_SUBJECT = env_str("RQ_VAPID_SUBJECT", "mailto:ops@example.com")
 RQ_REMIND_INTERVAL = env_int("RQ_REMIND_INTERVAL", 60)
 # MCP (/mcp, served by the ASGI process; README "MCP"): the capability whose holds request_approval asks,
 # how long such a hold waits for a person (seconds), and the waiter's poll behind a transaction pooler.
@@ -236,6 +246,7 @@ CELERY_BEAT_SCHEDULE = {
     "escalate-pending-holds": {"task": "holds.notify_tasks.escalate_due", "schedule": float(RQ_REMIND_INTERVAL)},
     "seal-ops-hours": {"task": "holds.notify_tasks.ops_rollup", "schedule": float(RQ_ROLLUP_INTERVAL)},
     "fold-pending-counts": {"task": "holds.notify_tasks.fold_pending", "schedule": 10.0},
+    "close-slack-messages": {"task": "holds.notify_tasks.close_slack", "schedule": float(RQ_SLACK_CLOSE_INTERVAL)},
 }
 
 AUTH_PASSWORD_VALIDATORS = [

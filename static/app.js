@@ -243,3 +243,46 @@
     setInterval(tick, 1000);
   });
 })();
+
+// The installable app (web/app.py): register the service worker where the browser has one, and let a
+// person turn on Web Push for holds they may decide. Without either, every page works the same.
+(function () {
+  "use strict";
+  if (!("serviceWorker" in navigator)) return;
+  navigator.serviceWorker.register("/sw.js", { scope: "/" }).catch(function () {});
+
+  function keyBytes(base64url) {
+    var padded = (base64url + "===".slice((base64url.length + 3) % 4)).replace(/-/g, "+").replace(/_/g, "/");
+    var raw = atob(padded);
+    var out = new Uint8Array(raw.length);
+    for (var i = 0; i < raw.length; i++) out[i] = raw.charCodeAt(i);
+    return out;
+  }
+
+  document.addEventListener("DOMContentLoaded", function () {
+    var button = document.getElementById("push-on");
+    if (!button || !("PushManager" in window)) return;
+    var url = button.getAttribute("data-url");
+    fetch(url, { credentials: "same-origin" }).then(function (r) { return r.json(); }).then(function (body) {
+      if (!body.public_key) return;
+      button.hidden = false;
+      button.addEventListener("click", function () {
+        navigator.serviceWorker.ready.then(function (reg) {
+          return reg.pushManager.subscribe({ userVisibleOnly: true, applicationServerKey: keyBytes(body.public_key) });
+        }).then(function (sub) {
+          var token = document.querySelector("[name=csrfmiddlewaretoken]");
+          return fetch(url, {
+            method: "POST",
+            credentials: "same-origin",
+            headers: { "Content-Type": "application/json", "X-CSRFToken": token ? token.value : "" },
+            body: JSON.stringify(sub.toJSON()),
+          });
+        }).then(function (r) {
+          button.textContent = r && r.ok ? "Push on" : "Push failed";
+          button.setAttribute("aria-label", button.textContent);
+          button.disabled = true;
+        }).catch(function () { button.textContent = "Push blocked"; button.setAttribute("aria-label", "Push notifications blocked"); });
+      });
+    }).catch(function () {});
+  });
+})();

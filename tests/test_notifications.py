@@ -3,6 +3,7 @@ the intent, capability and a link, never item data; one reminder; retried and lo
 
 import datetime as dt
 import logging
+import re
 
 import pytest
 from django.core import mail
@@ -10,7 +11,7 @@ from django.utils import timezone
 
 from holds import notifications, notify_tasks, services
 from holds.auth import actor_for_invocation, actor_for_user
-from holds.models import Hold, Notification
+from holds.models import AuditEvent, Hold, Invocation, Notification
 from holds.services import ports
 from tests import factories
 from tests.agent_double import AgentDouble
@@ -329,14 +330,30 @@ def test_it_reminds_once_when_a_long_hold_has_under_an_hour_left(people, monkeyp
     assert notify_tasks.remind_due(now=now + dt.timedelta(hours=4)) == 0  # expired: nothing
 
 
-def test_its_links_only_open_the_hold_page(client, people):
+def test_a_get_of_every_link_in_a_sent_message_changes_nothing(client, people):
+    """Mail scanners fetch every link of a message, signed in or not: a link opens the hold page, and
+    only that page's POST (signed in, with CSRF) decides."""
     cap = factories.capability()
     hold = leaky_hold(cap)
-    client.force_login(people["mona"])
-    response = client.get(f"/holds/{hold.public_id}")
-    assert response.status_code == 200
+    notifications.deliver(hold_id=hold.pk, kind="asked", channel="email")
+    notifications.deliver(hold_id=hold.pk, kind="reminder", channel="email")
+    links = {link for m in mail.outbox for link in re.findall(r"https?://\S+", m.message().as_string())}
+    assert links == {f"http://127.0.0.1:8000/holds/{hold.public_id}"}
+    before = (AuditEvent.objects.count(), Invocation.objects.count(), Notification.objects.count())
+    for signed_in in (False, True):
+        if signed_in:
+            client.force_login(people["mona"])
+        for link in links:
+            path = link.removeprefix("http://127.0.0.1:8000")
+            for method in (client.get, client.head, client.options):
+                assert method(path).status_code in (200, 302, 405)
     hold.refresh_from_db()
-    assert hold.status == Hold.Status.PENDING  # a prefetching mail scanner decides nothing
+    assert hold.status == Hold.Status.PENDING and hold.decided_at is None
+    assert set(hold.items.values_list("action", flat=True)) == {""}
+    assert (AuditEvent.objects.count(), Invocation.objects.count(), Notification.objects.count()) == before
+    page = client.get(f"/holds/{hold.public_id}").content.decode()
+    form = re.search(r'<form[^>]*id="decision-form"[^>]*>', page).group(0)
+    assert 'method="post"' in form and "csrfmiddlewaretoken" in page
 
 
 def test_remind_before_reminds_once_when_the_time_left_falls_below_it_and_again_after_an_extension(people, monkeypatch):

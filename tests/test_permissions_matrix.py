@@ -301,6 +301,15 @@ ROWS = {
         {"active": ""},
         ADMIN,
     ),
+    ("team-person-slack", "POST"): (
+        lambda w, a: f"/team/people/{w.people['viewer'].pk}/slack",
+        {"slack_user_id": "U0VIEWER"},
+        ADMIN,
+    ),
+    ("manifest", "GET"): (lambda w, a: "/manifest.webmanifest", None, EVERYONE),
+    ("service-worker", "GET"): (lambda w, a: "/sw.js", None, EVERYONE),
+    ("push-subscriptions", "GET"): (lambda w, a: "/push/subscriptions", None, PEOPLE),
+    ("push-subscriptions", "POST"): (lambda w, a: "/push/subscriptions", {"endpoint": "https://p.example/x"}, PEOPLE),
     ("team-account-add", "POST"): (lambda w, a: "/team/accounts", {"name": "bot2", "role": "member"}, ADMIN),
     ("team-account-role", "POST"): (lambda w, a: f"/team/accounts/{w.account.pk}/role", {"role": "admin"}, ADMIN),
     ("team-account-revoke", "POST"): (lambda w, a: f"/team/accounts/{w.account.pk}/revoke", {}, ADMIN),
@@ -376,9 +385,10 @@ EFFECTS = {
 # Fragments that answer everyone who may read the hold, showing controls only to who may use them.
 SHOWN = {"hold-presence": 'id="presence"'}
 
-# Routes with no actor: the Django admin (is_staff, tests/test_security_admin.py) and /metrics (its own
-# bearer token, tests/test_metrics.py); bench/ views exist only with RQ_BENCH_VIEWS.
-NOT_ACTOR_ROUTES = {"metrics"}
+# Routes with no actor: the Django admin (is_staff, tests/test_security_admin.py), /metrics (its own
+# bearer token, tests/test_metrics.py) and Slack's interactions (Slack's signature,
+# tests/test_channels_slack.py); bench/ views exist only with RQ_BENCH_VIEWS.
+NOT_ACTOR_ROUTES = {"metrics", "slack-interactions"}
 
 
 def _url_names() -> set[str]:

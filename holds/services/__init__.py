@@ -18,6 +18,15 @@ finds a live run token's invocation, ports what is handed out after commit.
 
 from .asks import hold_ask, hold_ask_by_token, hold_fingerprint
 from .audit import audit
+from .channels import (
+    push_gone,
+    push_subscribe,
+    push_unsubscribe,
+    slack_message_closed,
+    slack_message_posted,
+    slack_refused,
+    slack_request_seen,
+)
 from .claims import CLAIM_FOR, RENEW_EVERY, hold_claim, hold_claim_renew, hold_release
 from .decisions import asked_items, hold_decide
 from .delivery import (
@@ -66,6 +75,7 @@ from .team import (
     person_set_active,
     person_set_away,
     person_set_role,
+    person_set_slack,
     service_account_create,
     service_account_revoke,
     service_account_set_role,
@@ -80,6 +90,14 @@ __all__ = [
     "grant_create",
     "grant_revoke",
     "rules_save",
+    "person_set_slack",
+    "push_gone",
+    "push_subscribe",
+    "push_unsubscribe",
+    "slack_message_closed",
+    "slack_message_posted",
+    "slack_refused",
+    "slack_request_seen",
     "CLAIM_FOR",
     "RENEW_EVERY",
     "DEFAULTS",

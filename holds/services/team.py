@@ -1,5 +1,7 @@
 """The team: capabilities from agentos.yaml, people, service accounts and who may approve what."""
 
+import re
+
 from django.contrib.auth import get_user_model
 from django.db import transaction
 from django.utils import timezone
@@ -7,7 +9,7 @@ from django.utils import timezone
 from ..auth import Actor, new_service_key
 from ..config import new_secret
 from ..errors import Conflict, Invalid, NotFound
-from ..models import AuditKind, Capability, Membership, Role, ServiceAccount
+from ..models import AuditKind, Capability, Membership, Role, ServiceAccount, SlackLink
 from ..policy import may_delegate, may_manage_team, quorum_pool, require
 from ..words import ActorKind
 from .audit import audit
@@ -163,6 +165,27 @@ def person_set_active(*, user_id: int, active: bool, actor: Actor) -> None:
             before=before,
             after=active,
         )
+
+
+def person_set_slack(*, user_id: int, slack_user_id: str, actor: Actor) -> None:
+    """Links a person to a Slack user id (blank: unlinks); the link wins over e-mail matching."""
+    _require_admin(actor)
+    slack_user_id = slack_user_id.strip().upper()
+    if slack_user_id and not re.fullmatch(r"[UW][A-Z0-9]{2,39}", slack_user_id):
+        raise Invalid([{"field": "slack_user_id", "message": "a Slack member id such as U0123ABCD"}])
+    with transaction.atomic():
+        user = get_user_model().objects.select_for_update().filter(pk=user_id).first()
+        if user is None:
+            raise NotFound("no such person")
+        before = SlackLink.objects.filter(user=user).values_list("slack_user_id", flat=True).first() or ""
+        taken = SlackLink.objects.filter(slack_user_id=slack_user_id).exclude(user=user).exists()
+        if slack_user_id and taken:
+            raise Conflict("this Slack user is linked to another person", code="slack_taken")
+        if slack_user_id:
+            SlackLink.objects.update_or_create(user=user, defaults={"slack_user_id": slack_user_id})
+        else:
+            SlackLink.objects.filter(user=user).delete()
+        audit(AuditKind.PERSON_CHANGED, actor, username=user.username, slack_before=before, slack_after=slack_user_id)
 
 
 def service_account_set_role(*, account_id: int, role: str, actor: Actor) -> None:

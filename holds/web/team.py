@@ -90,7 +90,7 @@ def _run(request, section: str, call, done: str):
 
 def _context(request, actor: Actor, person_form=None, account_form=None) -> dict:
     people = []
-    for user in get_user_model().objects.select_related("membership").order_by("username"):
+    for user in get_user_model().objects.select_related("membership", "slack_link").order_by("username"):
         membership = getattr(user, "membership", None)
         people.append(
             {
@@ -98,6 +98,7 @@ def _context(request, actor: Actor, person_form=None, account_form=None) -> dict
                 "role": role_of_user(user) if user.is_active else (membership.role if membership else Role.VIEWER),
                 "superuser": user.is_superuser,
                 "is_me": user.pk == request.user.pk,
+                "slack": getattr(getattr(user, "slack_link", None), "slack_user_id", ""),
             }
         )
     capabilities = []
@@ -194,6 +195,21 @@ def person_active(request, user_id: int):
         "people",
         lambda: services.person_set_active(user_id=user.pk, active=active, actor=actor),
         f"{user.username} is {'active again' if active else 'deactivated and signed out'}.",
+    )
+
+
+@require_POST
+@login_required
+def person_slack(request, user_id: int):
+    """The explicit Slack link of a person (docs/channels.md); blank unlinks."""
+    actor = _admin(request)
+    user = get_object_or_404(get_user_model(), pk=user_id)
+    slack_user_id = request.POST.get("slack_user_id", "")
+    return _run(
+        request,
+        "people",
+        lambda: services.person_set_slack(user_id=user.pk, slack_user_id=slack_user_id, actor=actor),
+        f"{user.username}'s Slack link is {'set' if slack_user_id.strip() else 'removed'}.",
     )
 
 
