@@ -93,22 +93,29 @@ def main():
     capability = Capability.objects.get(name="bench_cap_0")
     rules, problems = check_rules(twenty_rules())
     assert not problems, problems
-    timings, result = [], None
+    timings, cpu, result = [], [], None
     for _ in range(3):
-        start = time.perf_counter()
+        start, start_cpu = time.perf_counter(), time.process_time()
         result = backtest(capability, rules=rules)
         timings.append(time.perf_counter() - start)
+        cpu.append(time.process_time() - start_cpu)  # this process's CPU: the shared machine's load left out
     print(
         f"rules: backtest of 20 rules over {result.items:,} items: {median(timings):.2f} s"
+        f" ({median(cpu):.2f} s CPU in Python, load {os.getloadavg()[0]:.1f})"
         f" (would decide {result.decided:,}, decided otherwise {result.differ:,})",
         flush=True,
     )
-    grant_timings = []
+    grant_timings, grant_cpu = [], []
     for _ in range(3):
-        start = time.perf_counter()
+        start, start_cpu = time.perf_counter(), time.process_time()
         grant = backtest(capability, grant_when="item.data.payee == 'Acme' && double(item.data.amount) < 500.0")
         grant_timings.append(time.perf_counter() - start)
-    print(f"rules: backtest of one grant over {grant.items:,} items: {median(grant_timings):.2f} s", flush=True)
+        grant_cpu.append(time.process_time() - start_cpu)
+    print(
+        f"rules: backtest of one grant over {grant.items:,} items: {median(grant_timings):.2f} s"
+        f" ({median(grant_cpu):.2f} s CPU in Python)",
+        flush=True,
+    )
     save(
         "rules",
         [
@@ -121,13 +128,13 @@ def main():
             {
                 "figure": f"backtest of 20 rules over {result.items:,} recorded decisions",
                 "goal": "<= 2 s",
-                "measured": f"{median(timings):.2f} s",
+                "measured": f"{median(timings):.2f} s ({median(cpu):.2f} s CPU)",
                 "ok": median(timings) <= 2 and result.items >= 100_000,
             },
             {
                 "figure": f"backtest of one grant over {grant.items:,} recorded decisions",
                 "goal": "<= 2 s",
-                "measured": f"{median(grant_timings):.2f} s",
+                "measured": f"{median(grant_timings):.2f} s ({median(grant_cpu):.2f} s CPU)",
                 "ok": median(grant_timings) <= 2 and grant.items >= 100_000,
             },
         ],

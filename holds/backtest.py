@@ -7,16 +7,25 @@ by the items' (hold, position) key; the run's input is read only when an express
 Items that a rule or grant decided are not people's decisions and are left out.
 """
 
+import json
 import re
 from dataclasses import dataclass, field
 from datetime import timedelta
 
-from django.db import connection
 from django.utils import timezone
 
 from .ids import HOLD, public_id
-from .models import Action, Capability, HoldItem
-from .rules import Rule, activation, compile_list, compile_when, first_true, item_context, uses_flags
+from .models import Action, Capability
+from .rules import (
+    Rule,
+    activation,
+    compile_list,
+    compile_when,
+    first_true,
+    item_context,
+    lowest_confidence,
+    uses_flags,
+)
 from .services import gateway, sql
 
 DAYS = 90
@@ -85,14 +94,16 @@ class Backtest:
 
 
 def _rows(capability: Capability, since, with_input: bool):
-    """(hold id, item id, title, data, lowest confidence, offers approve, person's action, run input) per
-    item, by services.sql.backtest_rows's one statement."""
-    data = HoldItem._meta.get_field("data")
-    decode = data.from_db_value
+    """(hold id, item id, title, data, data's JSON text, lowest confidence, offers approve, person's
+    action, run input) per item, by services.sql.backtest_rows's one statement."""
     rows = gateway.fetch(sql.backtest_rows(with_input), [capability.pk, since, MAX_ITEMS])
-    for hold_id, item_id, title, raw, lowest, offers, action, run_raw in rows:
-        run = decode(run_raw, None, connection) if run_raw is not None else None
-        yield hold_id, item_id, title, decode(raw, None, connection), lowest, offers, action, run
+    loads = json.loads  # as HoldItem.data and the run's input are read (ExactJSONField, JSONField)
+    for hold_id, item_id, title, raw, confidence, offers, action, run_raw in rows:
+        lowest = lowest_confidence(loads(confidence))
+        if lowest is not None:
+            lowest = float(lowest)  # a double in CEL, whether the agent sent 1 or 1.0
+        run = loads(run_raw) if run_raw is not None else None
+        yield hold_id, item_id, title, loads(raw), raw, lowest, offers, action, run
 
 
 def backtest(capability: Capability, *, rules: list[Rule] = (), grant_when: str | None = None) -> Backtest:
@@ -110,7 +121,7 @@ def backtest(capability: Capability, *, rules: list[Rule] = (), grant_when: str 
     expressions = [expression for _, expression, _, _ in candidates]
     combined = compile_list(tuple(sources)) if rules else None
     flags = uses_flags(sources)
-    for hold_id, item_id, title, data, lowest, offers_approve, person, run_input in _rows(
+    for hold_id, item_id, title, data, data_text, lowest, offers_approve, person, run_input in _rows(
         capability, result.since, with_input
     ):
         result.items += 1
@@ -118,6 +129,7 @@ def backtest(capability: Capability, *, rules: list[Rule] = (), grant_when: str 
             item_id=item_id,
             title=title,
             data=data,
+            data_text=data_text,
             confidence=None,
             lowest=lowest,
             run_input=run_input,

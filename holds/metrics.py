@@ -54,6 +54,21 @@ class _Collector:
         for outcome in sorted(set(rollup.ATTEMPT_OUTCOMES) | {lb for m, lb in self.counts if m == "attempt"}):
             attempts.add_metric([outcome], self.counts.get(("attempt", outcome), 0))
         yield attempts
+        failing = GaugeMetricFamily(
+            "rq_endpoint_failing",
+            "1 while the capability's agent endpoint is failing (ops' label)",
+            labels=["capability"],
+        )
+        failures = GaugeMetricFamily(
+            "rq_endpoint_consecutive_failures",
+            "Delivery attempts in a row without an answer below 500",
+            labels=["capability"],
+        )
+        for capability in self.live["capabilities"]:
+            failing.add_metric([capability.name], 1 if capability.endpoint_failing(now) else 0)
+            failures.add_metric([capability.name], capability.endpoint_failures)
+        yield failing
+        yield failures
         undeliverable = GaugeMetricFamily("rq_resume_undeliverable", "Resumes whose retries ran out")
         undeliverable.add_metric([], self.undeliverable)
         yield undeliverable

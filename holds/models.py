@@ -126,6 +126,10 @@ class Capability(models.Model):
     # rules or grants costs the ask nothing, and a process's compiled rules are known to be current.
     rules_version = models.PositiveIntegerField(default=0)
     grants_version = models.PositiveIntegerField(default=0)
+    # Delivery attempts in a row that got no HTTP answer or a 5xx, and when the first of them was;
+    # both cleared by the next answer below 500. endpoint_failing() turns them into ops' label.
+    endpoint_failures = models.PositiveIntegerField(default=0)
+    endpoint_failing_since = models.DateTimeField(null=True, blank=True)
     # agentos.yaml's quorum: {"approvals": N, "from": [roles]}; NULL: one decision decides (SPEC "Quorum").
     quorum = models.JSONField(null=True, blank=True)
     # agentos.yaml's escalate: [{"after": seconds, "notify": [roles or usernames]} | {"after", "expire": true}].
@@ -138,6 +142,16 @@ class Capability(models.Model):
 
     def __str__(self) -> str:
         return self.name
+
+    def endpoint_failing(self, now) -> bool:
+        """Ops calls the endpoint failing after RQ_ENDPOINT_FAILING_AFTER failed attempts in a row,
+        or once failures have lasted RQ_ENDPOINT_FAILING_MINUTES (a slow retry schedule tries
+        rarely), well before the retries run out and a resume is undeliverable (about 46 h)."""
+        if self.endpoint_disabled_at is not None or not self.endpoint_failures:
+            return False
+        since = self.endpoint_failing_since
+        lasted = since is not None and (now - since).total_seconds() >= settings.RQ_ENDPOINT_FAILING_MINUTES * 60
+        return self.endpoint_failures >= settings.RQ_ENDPOINT_FAILING_AFTER or lasted
 
 
 class Membership(models.Model):

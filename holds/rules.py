@@ -286,16 +286,27 @@ def uses_flags(sources) -> bool:
     return any("flags" in source for source in sources)
 
 
-def item_flags(item_id: str, title: str, data) -> list[str]:
-    """`item.flags`: what the hold page warns about in an item's text."""
+def item_flags(item_id: str, title: str, data, data_text: str | None = None) -> list[str]:
+    """`item.flags`: what the hold page warns about in an item's text. `data_text`: `data` as the JSON
+    text it was read from, when the caller has it."""
     flags = []
     # Printable ASCII holds neither hidden characters nor other scripts: most text skips the scan.
-    texts = [text for text in (item_id, title, *_strings(data)) if not (text.isascii() and text.isprintable())]
+    # JSON text escapes every control character with a backslash, so printable ASCII text without
+    # one holds only printable ASCII keys and strings: the walk over `data` can be skipped.
+    plain = data_text is not None and data_text.isascii() and data_text.isprintable() and "\\" not in data_text
+    strings = () if plain else _strings(data)
+    texts = [text for text in (item_id, title, *strings) if not (text.isascii() and text.isprintable())]
     if any(is_hidden(ch) for text in texts for ch in text):
         flags.append("hidden_characters")
     if any(mixed_scripts(text) for text in texts):
         flags.append("mixed_scripts")
     return flags
+
+
+def lowest_confidence(confidence: dict):
+    """`item.confidence`: the lowest of an item's numeric confidence values, None without one."""
+    values = [v for v in confidence.values() if isinstance(v, (int, float)) and not isinstance(v, bool)]
+    return min(values) if values else None
 
 
 def item_context(
@@ -308,21 +319,21 @@ def item_context(
     capability: str,
     flags: bool = True,
     lowest: float | None = None,
+    data_text: str | None = None,
 ) -> dict:
     """The variables of one evaluation (SPEC: item.data, item.confidence as its lowest value or null,
     item.flags, item.title, run.input, capability). `lowest`: that value when the caller has it (and
     no `confidence`). `flags=False` when no expression reads them (`uses_flags`): an empty list then,
-    without scanning the item's text."""
+    without scanning the item's text. `data_text`: `data`'s JSON text when the caller has it (item_flags)."""
     if confidence is not None:
-        values = [v for v in confidence.values() if isinstance(v, (int, float)) and not isinstance(v, bool)]
-        lowest = min(values) if values else None
+        lowest = lowest_confidence(confidence)
     return {
         "item": {
             "id": item_id,
             "title": title,
             "data": data,
             "confidence": lowest,
-            "flags": item_flags(item_id, title, data) if flags else [],
+            "flags": item_flags(item_id, title, data, data_text) if flags else [],
         },
         "run": {"input": run_input if run_input is not None else {}},
         "capability": capability,

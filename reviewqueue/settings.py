@@ -100,6 +100,9 @@ RQ_CONFIDENCE_AMBER = 0.8
 RQ_CONFIDENCE_RED = 0.5
 # /metrics answers only `Authorization: Bearer <RQ_METRICS_TOKEN>`; unset, /metrics is off (404).
 RQ_METRICS_TOKEN = env_str("RQ_METRICS_TOKEN", "")
+# An agent endpoint is shown as failing after this many failed attempts in a row, or this long failing.
+RQ_ENDPOINT_FAILING_AFTER = env_int("RQ_ENDPOINT_FAILING_AFTER", 3)
+RQ_ENDPOINT_FAILING_MINUTES = env_int("RQ_ENDPOINT_FAILING_MINUTES", 5)
 RQ_HEALTH_TIMEOUT = float(env_int("RQ_HEALTH_TIMEOUT", 2))  # seconds per /healthz check
 RQ_ROLLUP_INTERVAL = env_int("RQ_ROLLUP_INTERVAL", 60)  # sealing hours and 5-minute buckets for /ops, /metrics
 # Notifications: the sender, the webhook timeout, retries with exponential backoff, reminders.

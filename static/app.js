@@ -63,6 +63,25 @@
     if (target === item) item.setAttribute("tabindex", "-1");
     target.focus();
     item.scrollIntoView({ block: "nearest" });
+    clearOfBar(target);
+  }
+
+  // --- the sticky decide bar never hides the focus (WCAG 2.4.11): scroll what has the focus
+  // above the bar; the CSS scroll-padding (from --bar-height) covers the browser's own scrolling ---
+  function decideBar() {
+    return document.querySelector(".decide-bar");
+  }
+
+  function clearOfBar(el) {
+    var bar = decideBar();
+    if (!el || !bar || bar.contains(el) || !el.getBoundingClientRect) return;
+    var top = bar.getBoundingClientRect().top, rect = el.getBoundingClientRect();
+    if (rect.bottom > top - 8 && top < window.innerHeight) window.scrollBy(0, rect.bottom - top + 16);
+  }
+
+  function measureBar() {
+    var bar = decideBar();
+    if (bar) document.documentElement.style.setProperty("--bar-height", Math.ceil(bar.offsetHeight) + "px");
   }
 
   function move(list, step, focusFn) {
@@ -105,6 +124,9 @@
     var lastLook = document.getElementById("last-look");
     var lookOpen = lastLook && lastLook.open;
     if ((event.ctrlKey || event.metaKey) && event.key === "Enter") {
+      // Inside another form (Extend's reason, a filter) it is that form's business, not the decision's.
+      var inForm = event.target.closest && event.target.closest("form");
+      if (inForm && inForm.id !== "decision-form" && !inForm.classList.contains("confirm")) return;
       // On the last look Ctrl+Enter confirms; on the hold page it submits the decision.
       if ((lookOpen || !lastLook) && click("confirm-decision")) { event.preventDefault(); return; }
       if (!lookOpen && click("submit-decision")) { event.preventDefault(); }
@@ -115,6 +137,12 @@
     if (event.key === "?") {
       event.preventDefault();
       openDialog(help);
+      return;
+    }
+    if (lookOpen && event.key === "s") {
+      // Stay: untick "then open the next hold" (pressed again, tick it back).
+      var goNext = document.getElementById("go-next");
+      if (goNext) { event.preventDefault(); goNext.checked = !goNext.checked; }
       return;
     }
     if (lookOpen || (help && help.open)) return;
@@ -161,7 +189,20 @@
         return;
       case "o":
         // "I'm on it": takes the soft claim (or releases one's own).
-        if (click("claim-button")) event.preventDefault();
+        if (click("claim-button")) { event.preventDefault(); return; }
+        // Someone else is on it: say why nothing happened (only they, or the claim's end, free it).
+        var claim = document.querySelector("#presence .claim:not(.claim-mine)");
+        if (claim) {
+          event.preventDefault();
+          var note = document.getElementById("claim-note");
+          if (!note) {
+            note = document.createElement("span");
+            note.id = "claim-note";
+            note.className = "muted";
+            claim.parentNode.appendChild(note);
+          }
+          note.textContent = claim.textContent + ": only they can release it, or it lapses by itself.";
+        }
         return;
       case "c":
         var comment = document.getElementById("comment");
@@ -173,6 +214,7 @@
   document.addEventListener("focusin", function (event) {
     var item = event.target.closest && event.target.closest("fieldset[data-item]");
     if (item) currentItem = item;
+    clearOfBar(event.target);
   });
 
   // --- forms: one submit per click, however fast the clicks ---
@@ -218,9 +260,11 @@
     if (target && target.id === "last-look-body") {
       var dialog = document.getElementById("last-look");
       openDialog(dialog);
-      var confirm = document.getElementById("confirm-decision");
+      // With points worth a second look, the focus starts on their tick, not on Confirm.
+      var confirm = document.getElementById("second-look-ack") || document.getElementById("confirm-decision");
       (confirm || dialog).focus();
     }
+    if (target && target.id === "bc-preview") clearOfBar(target);
     if (target && target.id === "decision-form") {
       var errors = document.getElementById("form-errors");
       var firstBad = document.querySelector("#decision-form [aria-invalid=true], #decision-form .error");
@@ -241,6 +285,8 @@
     document.documentElement.classList.add("js");
     tick();
     setInterval(tick, 1000);
+    measureBar();
+    window.addEventListener("resize", measureBar);
   });
 })();
 

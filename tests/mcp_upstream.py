@@ -5,7 +5,9 @@ to LOG (one JSON line), so a test can tell what ran and with which arguments.
 - delete_file: annotated destructiveHint (the gateway holds it);
 - read_file: read-only (passes through);
 - book_table: elicits a booking through the SDK's portable `Resolve`/`Elicit` (MRTR on 2026-07-28);
-- ship: asks by hand (MRTR) with a nested requestedSchema, which the gateway must decline.
+- ship: asks by hand (MRTR) with a nested requestedSchema, which the gateway must decline;
+- connect_calendar: pushes a URL-mode elicitation (an OAuth-style sign-in), which the gateway passes
+  to its client untouched, and records the answer or the error it got.
 """
 
 import json
@@ -14,6 +16,7 @@ from typing import Annotated
 
 from mcp.server.elicitation import AcceptedElicitation, ElicitationResult
 from mcp.server.mcpserver import Context, Elicit, MCPServer, Resolve
+from mcp.shared.exceptions import MCPError
 from mcp.types import (
     ElicitRequest,
     ElicitRequestFormParams,
@@ -82,6 +85,22 @@ def ship(item: str, ctx: Context) -> str | InputRequiredResult:
     answer = responses["address"]
     ran("ship", item=item, action=answer.action, meta=answer.meta)
     return f"not shipped: {answer.action}"
+
+
+@mcp.tool()
+async def connect_calendar(account: str, ctx: Context) -> str:
+    """Connect a calendar; sends the user to sign in (URL mode, pushed: protocol 2025-11-25)."""
+    try:
+        answer = await ctx.elicit_url(
+            "Sign in to your calendar provider to let me read your events.",
+            "https://calendar.example/oauth/authorize?client_id=upstream&state=st-42",
+            "calendar-sign-in-42",
+        )
+    except MCPError as exc:
+        ran("connect_calendar", account=account, error={"code": exc.error.code, "message": exc.error.message})
+        return f"calendar {account}: not connected ({exc.error.code})"
+    ran("connect_calendar", account=account, action=answer.action)
+    return f"calendar {account}: {answer.action}"
 
 
 if __name__ == "__main__":

@@ -17,6 +17,7 @@ from django.utils import timezone
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
+from mcp.types import ElicitResult
 
 from holds import services
 from holds.auth import actor_for_user
@@ -73,9 +74,10 @@ def setup(gateway):
     return url, key, reviewer, log
 
 
-async def _session(url, key, work, mode="auto"):
+async def _session(url, key, work, mode="auto", elicitation_callback=None):
     http = httpx2.AsyncClient(headers={"authorization": f"Bearer {key}"}, timeout=httpx2.Timeout(30, read=None))
-    async with http, Client(streamable_http_client(url, http_client=http), mode=mode) as client:
+    transport = streamable_http_client(url, http_client=http)
+    async with http, Client(transport, mode=mode, elicitation_callback=elicitation_callback) as client:
         try:
             return await work(client)
         except MCPError as exc:  # inside the client's task group it would come out as an ExceptionGroup
@@ -107,7 +109,7 @@ def test_tools_list_passes_through_and_read_only_tools_are_not_held(setup):
     url, key, _, log = setup
     tools = asyncio.run(_session(url, key, lambda c: c.list_tools())).tools
     by_name = {t.name: t for t in tools}
-    assert set(by_name) == {"delete_file", "read_file", "book_table", "ship"}
+    assert set(by_name) == {"delete_file", "read_file", "book_table", "ship", "connect_calendar"}
     assert by_name["delete_file"].annotations.destructive_hint is True
     assert by_name["delete_file"].description == "Delete a file."
     assert text(call(url, key, "read_file", {"path": "a.txt"})) == "contents of a.txt"
@@ -180,6 +182,45 @@ def test_a_nested_schema_is_declined_with_a_message_and_no_hold(setup):
     assert text(call(url, key, "ship", {"item": "lamp"})) == "not shipped: decline"
     (shipped,) = ran(log)
     assert "not a string, number, integer or boolean" in shipped["meta"]["io.reviewqueue/message"]
+    assert Hold.objects.count() == 0
+
+
+SIGN_IN = {
+    "mode": "url",
+    "message": "Sign in to your calendar provider to let me read your events.",
+    "url": "https://calendar.example/oauth/authorize?client_id=upstream&state=st-42",
+    "elicitationId": "calendar-sign-in-42",
+}
+
+
+def test_a_url_elicitation_reaches_a_client_that_declared_url_mode_untouched(setup):
+    url, key, _, log = setup
+    received = []
+
+    async def on_elicit(context, params) -> ElicitResult:
+        received.append(params.model_dump(mode="json", by_alias=True, exclude_none=True))
+        return ElicitResult(action="accept")
+
+    def connect(c):
+        return c.call_tool("connect_calendar", {"account": "ana@example.com"})
+
+    # The official client declares `elicitation: {form: {}, url: {}}` once it has a callback; URL mode
+    # needs a push to the client, so a connection with a back-channel (2025-11-25).
+    result = asyncio.run(_session(url, key, connect, "legacy", on_elicit))
+    assert text(result) == "calendar ana@example.com: accept"
+    assert received == [SIGN_IN]  # exactly as the upstream sent it
+    assert ran(log) == [{"tool": "connect_calendar", "account": "ana@example.com", "action": "accept"}]
+    assert Hold.objects.count() == 0
+
+
+def test_a_url_elicitation_to_a_client_without_url_mode_is_the_protocols_error(setup):
+    url, key, _, log = setup
+    # No elicitation callback: the official client declares no elicitation capability at all.
+    result = call(url, key, "connect_calendar", {"account": "ana@example.com"}, "legacy")
+    assert text(result) == "calendar ana@example.com: not connected (-32602)"
+    # The spec's answer to a mode the client did not declare: -32602 Invalid params, to the upstream.
+    error = {"code": -32602, "message": "the gateway's client did not declare URL-mode elicitation"}
+    assert ran(log) == [{"tool": "connect_calendar", "account": "ana@example.com", "error": error}]
     assert Hold.objects.count() == 0
 
 

@@ -7,12 +7,14 @@ services.hold_decide with actor_for_user. API: POST /v0/holds/{id}/decision with
 
 import itertools
 import json
+from datetime import timedelta
 
 import pytest
 from django.db import transaction
+from django.utils import timezone
 
 from holds import services
-from holds.auth import SYSTEM, actor_for_account, actor_for_invocation, actor_for_user
+from holds.auth import SYSTEM, actor_for_account, actor_for_invocation, actor_for_user, push_token_for
 from holds.errors import Forbidden
 from holds.models import DatasetItem, Hold, Invocation, Run
 from holds.policy import decidable_holds, may_decide
@@ -195,7 +197,10 @@ class World:
     """Two capabilities without self-approval: `cap` (admin and member approve) and `admin_cap` (admin
     only). In `cap`: a hold two runs below a run `grandstarter` started (its run token live), a hold
     of a run `starter` started; in `admin_cap`, the hold `member_other` is shown. Each lists a file;
-    each capability has a dataset with an item and an experiment."""
+    each capability has a dataset with an item and an experiment. Grants need a capability that allows
+    self-approval (policy.may_create_grant): `grant_cap` (admin and member approve) and `admin_grant_cap`
+    (admin only, member_other's), each with a rule set and a hold an admin decided, its first item
+    approved, a grant made from it. `a2a_run`: a run of an A2A capability, its invocation delivering."""
 
     def __init__(self):
         self.cap = factories.capability(self_approval=False)
@@ -221,6 +226,14 @@ class World:
         services.run_state_put(run=self.hold.run, key="k", value=1, actor=SYSTEM)
         self.datasets = {cap.pk: self._dataset(cap) for cap in (self.cap, self.admin_cap)}
         self.invocation = Invocation.objects.filter(run=self.admin_hold.run).first()
+        grant_cap = factories.capability(name="grantable", self_approval=True)
+        admin_grant_cap = factories.capability(name="admin_grantable", approvers=["admin"], self_approval=True)
+        self.grants = {cap.pk: self._granted(cap) for cap in (grant_cap, admin_grant_cap)}
+        self.grant_cap_of = {"member_other": admin_grant_cap}
+        self.grant_cap = grant_cap
+        a2a = factories.capability(name="a2a_agent", protocol="a2a")
+        self.a2a_run = factories.start_run(a2a)
+        factories.deliver_now(self.a2a_run)
 
     def _hold(self, run):
         invocation, token = factories.deliver_now(run)
@@ -238,6 +251,26 @@ class World:
         experiment, _ = services.experiment_start(dataset=dataset, actor=admin)
         return dataset, item, experiment
 
+    def _granted(self, cap):
+        admin = actor_for_user(self.people["admin"])
+        services.rules_save(capability=cap, rules=[{"id": "a", "when": "true", "then": "ask"}], actor=admin)
+        hold = factories.held_hold(cap)[1]
+        services.hold_decide(hold_id=hold.pk, actor=admin, body=DECISION)
+        grant = services.grant_create(
+            capability=cap,
+            when="item.data.amount == 1",
+            expires_at=timezone.now() + timedelta(days=10),
+            actor=admin,
+            hold=hold,
+            item_id="INV-1",
+        )
+        return hold, grant
+
+    def grants_of(self, actor: str):
+        """(capability, decided hold, grant) the actor works on."""
+        cap = self.grant_cap_of.get(actor, self.grant_cap)
+        return (cap, *self.grants[cap.pk])
+
     def hold_of(self, actor: str):
         return {"starter": self.own_hold, "member_other": self.admin_hold}.get(actor, self.hold)
 
@@ -251,6 +284,15 @@ def _decision(w, a):
     return {"decision": json.dumps(DECISION), "fingerprint": hold.fingerprint}
 
 
+def _grant_form(w, a):
+    expires_on = (timezone.localdate() + timedelta(days=10)).isoformat()
+    return {"item": "INV-1", "when": "item.data.amount == 2", "expires_on": expires_on, "save": "1"}
+
+
+def _grant_body(w, a):
+    return {"when": "item.data.amount == 2", "expires_at": (timezone.now() + timedelta(days=10)).isoformat()}
+
+
 def _extended(w, a):
     hold = w.hold_of(a)
     return Hold.objects.get(pk=hold.pk).expires_at > hold.expires_at
@@ -259,6 +301,10 @@ def _extended(w, a):
 # (name, method) -> (path(world, actor), body(world, actor) or None, allowed actors)
 H = lambda w, a: w.hold_of(a).public_id  # noqa: E731
 D = lambda w, a: w.evals_of(a)[0].public_id  # noqa: E731
+C = lambda w, a: w.grants_of(a)[0].name  # noqa: E731
+G = lambda w, a: w.grants_of(a)[2].public_id  # noqa: E731
+RULES = {"rules": [{"id": "small", "when": "item.data.amount < 100", "then": "approve"}]}
+A2A_PUSH = {"statusUpdate": {"taskId": "task-1", "status": {"state": "TASK_STATE_WORKING"}}}
 ROWS = {
     ("login", "GET"): (lambda w, a: "/login/", None, EVERYONE),
     ("logout", "POST"): (lambda w, a: "/logout/", {}, EVERYONE),
@@ -328,6 +374,18 @@ ROWS = {
     ("ops-retry", "POST"): (lambda w, a: f"/ops/invocations/{w.invocation.id}/retry", {}, ADMIN),
     ("ops-enable", "POST"): (lambda w, a: f"/ops/capabilities/{w.cap.pk}/enable", {}, ADMIN),
     ("healthz", "GET"): (lambda w, a: "/healthz", None, EVERYONE),
+    # Rules decide for everyone: any reader sees them (and backtests an edit), only an admin saves.
+    ("capability-rules", "GET"): (lambda w, a: f"/capabilities/{C(w, a)}/rules", None, PEOPLE),
+    ("capability-rules", "POST"): (
+        lambda w, a: f"/capabilities/{C(w, a)}/rules",
+        {"rules": "- id: small\n  when: item.data.amount < 100\n  then: approve\n", "save": "1"},
+        ADMIN,
+    ),
+    # Grants: made by who may decide the item (an approver, self-approval allowed), revoked by any
+    # approver or an admin (SPEC "Standing grants"); member_other's are of an admin-only capability.
+    ("capability-grant-revoke", "POST"): (lambda w, a: f"/capabilities/{C(w, a)}/grants/{G(w, a)}/revoke", {}, RECORD),
+    ("grant-new", "GET"): (lambda w, a: f"/holds/{w.grants_of(a)[1].public_id}/grant?item=INV-1", None, RECORD),
+    ("grant-new", "POST"): (lambda w, a: f"/holds/{w.grants_of(a)[1].public_id}/grant", _grant_form, RECORD),
     ("api-holds", "GET"): (lambda w, a: "/v0/holds", None, EVERYONE),
     ("api-holds", "POST"): (lambda w, a: "/v0/holds", lambda w, a: factories.ask_body(), {"token"}),
     ("api-hold", "GET"): (lambda w, a: f"/v0/holds/{H(w, a)}", None, EVERYONE),
@@ -371,6 +429,21 @@ ROWS = {
         RECORD | {"account"},
     ),
     ("api-experiment", "GET"): (lambda w, a: f"/v0/experiments/{w.evals_of(a)[2].public_id}", None, READ_API),
+    ("api-capability-rules", "GET"): (lambda w, a: f"/v0/capabilities/{C(w, a)}/rules", None, READ_API),
+    ("api-capability-rules", "PUT"): (lambda w, a: f"/v0/capabilities/{C(w, a)}/rules", RULES, ADMIN),
+    ("api-capability-backtest", "POST"): (lambda w, a: f"/v0/capabilities/{C(w, a)}/backtest", RULES, READ_API),
+    ("api-capability-grants", "GET"): (lambda w, a: f"/v0/capabilities/{C(w, a)}/grants", None, READ_API),
+    ("api-capability-grants", "POST"): (
+        lambda w, a: f"/v0/capabilities/{C(w, a)}/grants",
+        _grant_body,
+        RECORD | {"account"},
+    ),
+    ("api-grant", "GET"): (lambda w, a: f"/v0/grants/{G(w, a)}", None, READ_API),
+    ("api-grant-revoke", "POST"): (lambda w, a: f"/v0/grants/{G(w, a)}/revoke", {}, RECORD | {"account"}),
+    # An A2A agent's push is authenticated by the notification token Review Queue gave it for the run
+    # (X-A2A-Notification-Token), never by a session, a key or a run token: every actor here is refused
+    # (401, the run being an A2A run that exists; test_the_a2a_push_takes_only_its_notification_token).
+    ("api-a2a-push", "POST"): (lambda w, a: f"/v0/a2a/runs/{w.a2a_run.public_id}/push", A2A_PUSH, set()),
     ("api-openapi", "GET"): (lambda w, a: "/v0/openapi.json", None, EVERYONE),
     ("api-docs", "GET"): (lambda w, a: "/v0/docs", None, EVERYONE),
 }
@@ -382,8 +455,9 @@ EFFECTS = {
     "dataset-experiment-start": lambda w, a: w.evals_of(a)[0].experiments.count() == 2,
     "dataset-item-delete": lambda w, a: DatasetItem.objects.get(pk=w.evals_of(a)[1].pk).deleted_at is not None,
 }
-# Fragments that answer everyone who may read the hold, showing controls only to who may use them.
-SHOWN = {"hold-presence": 'id="presence"'}
+# Fragments and forms that answer everyone who may read the hold, showing controls only to who may use
+# them ("Approve and remember…" shows its refusal in place of the form).
+SHOWN = {("hold-presence", "POST"): 'id="presence"', ("grant-new", "GET"): 'class="panel grant-form"'}
 
 # Routes with no actor: the Django admin (is_staff, tests/test_security_admin.py), /metrics (its own
 # bearer token, tests/test_metrics.py) and Slack's interactions (Slack's signature,
@@ -436,15 +510,15 @@ def _call(w: World, actor: str, name: str, method: str):
     return client.post(url, body, headers=headers)
 
 
-def _let_through(w: World, actor: str, name: str, response) -> bool:
+def _let_through(w: World, actor: str, name: str, method: str, response) -> bool:
     if response.status_code in (401, 403, 404):
         return False
     if response.status_code in (301, 302) and "/login/?next=" in response.get("Location", ""):
         return False
     if name in EFFECTS and actor in PEOPLE:
         return EFFECTS[name](w, actor)
-    if name in SHOWN:
-        return SHOWN[name] in response.content.decode()
+    if (name, method) in SHOWN:
+        return SHOWN[(name, method)] in response.content.decode()
     return True
 
 
@@ -456,6 +530,25 @@ def test_every_entry_point_lets_through_only_its_rows_actors(settings, name, met
     for actor in ACTORS:
         with transaction.atomic():  # each actor sees the world as built (rolled back to this savepoint)
             response = _call(w, actor, name, method)
-            through[actor] = _let_through(w, actor, name, response)
+            through[actor] = _let_through(w, actor, name, method, response)
             transaction.set_rollback(True)
     assert {a for a, ok in through.items() if ok} == ROWS[(name, method)][2]
+
+
+def test_the_a2a_push_takes_only_its_notification_token(settings):
+    # The matrix's row refuses every actor; this shows the refusal is the missing token (401 on a run
+    # that is there), and that the token Review Queue gave the agent for the run is let through.
+    settings.RQ_PUBLIC_URL = "http://testserver"
+    w = World()
+    path, body, _ = ROWS[("api-a2a-push", "POST")]
+    for actor in ACTORS:
+        assert _call(w, actor, "api-a2a-push", "POST").status_code == 401, actor
+    from django.test import Client
+
+    response = Client().post(
+        path(w, "admin"),
+        data=json.dumps(body),
+        content_type="application/json",
+        headers={"x-a2a-notification-token": push_token_for(w.a2a_run)},
+    )
+    assert response.status_code == 202 and response.json() == {"status": "ignored"}

@@ -548,3 +548,28 @@ def test_a_workers_threads_starting_together_share_one_http_client(monkeypatch):
     for thread in threads:
         thread.join()
     assert len(built) == 1 and all(client is built[0] for client in got) and len(got) == 16
+
+
+def test_three_failed_attempts_in_a_row_mark_the_endpoint_failing_until_it_answers(agent, acap, settings):
+    settings.RQ_ENDPOINT_FAILING_AFTER = 3
+    agent.script = [(500, {}), (503, b"busy"), (502, b"down"), (200, {"status": "completed", "output": {}})]
+    invocation = Invocation.objects.get(run=factories.start_run(acap))
+    for n in (1, 2, 3):
+        assert delivery.deliver(invocation.id) == "retry"
+        cap = Capability.objects.get(pk=acap.pk)
+        assert cap.endpoint_failures == n and cap.endpoint_failing_since is not None
+        assert cap.endpoint_failing(timezone.now()) is (n == 3)
+        due_now(invocation.id)
+    assert delivery.deliver(invocation.id) == "answered"
+    cap = Capability.objects.get(pk=acap.pk)
+    assert (cap.endpoint_failures, cap.endpoint_failing_since, cap.endpoint_failing(timezone.now())) == (0, None, False)
+
+
+def test_one_failure_that_lasts_minutes_is_failing_too(acap, settings):
+    settings.RQ_ENDPOINT_FAILING_MINUTES = 5
+    now = timezone.now()
+    Capability.objects.filter(pk=acap.pk).update(
+        endpoint_failures=1, endpoint_failing_since=now - dt.timedelta(minutes=4)
+    )
+    assert not Capability.objects.get(pk=acap.pk).endpoint_failing(now)
+    assert Capability.objects.get(pk=acap.pk).endpoint_failing(now + dt.timedelta(minutes=1))

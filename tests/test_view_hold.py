@@ -82,7 +82,7 @@ def test_it_shows_the_hold_with_every_value_typed_and_in_full(signed_in, cap):
         assert re.search(rf'<code class="val-text">{shown}</code>.*?<span class="type-tag">{kind}</span>', body, re.S)
     assert "line one\nline two" in body  # multi-line strings in full, not truncated
     assert "&quot;qty&quot;: 2" in body  # nested JSON, indented
-    assert 'class="conf conf-red">0.4' in body and 'class="conf">0.9' in body
+    assert 'class="conf conf-red" title="0.4">0.40' in body and 'class="conf" title="0.9">0.90' in body
 
 
 def test_it_offers_only_the_holds_actions_as_labelled_radios(signed_in, cap):
@@ -459,3 +459,22 @@ def test_a_refused_page_and_a_missing_one_are_styled_pages_that_say_why(client, 
     missing = client.get("/holds/ho_missing")
     assert missing.status_code == 404 and "Not found" in missing.content.decode()
     assert "<code>/holds/ho_missing</code>" in missing.content.decode()
+
+
+def test_after_a_decision_it_opens_the_next_hold_unless_asked_to_stay(signed_in, cap):
+    _, first = factories.held_hold(cap, factories.ask_body(intent="First", expires_in=3600))
+    _, second = factories.held_hold(cap, factories.ask_body(intent="Second", expires_in=7200))
+    look = signed_in.post(url(first, "/review"), {"approve_all": "1", "fingerprint": first.fingerprint})
+    assert 'id="go-next" checked' in look.content.decode()  # on by default
+    decision = {"decision": confirmed(look), "fingerprint": first.fingerprint, "next": "1"}
+    response = signed_in.post(url(first, "/decision"), decision)
+    assert response.status_code == 303 and response["Location"] == url(second)
+
+    look = signed_in.post(url(second, "/review"), {"approve_all": "1", "fingerprint": second.fingerprint})
+    response = signed_in.post(
+        url(second, "/decision"), {"decision": confirmed(look), "fingerprint": second.fingerprint}
+    )
+    assert response["Location"] == url(second)  # stayed: "next" unticked
+    _, third = factories.held_hold(cap, factories.ask_body(intent="Third"))
+    look = signed_in.post(url(third, "/review"), {"approve_all": "1", "fingerprint": third.fingerprint})
+    assert 'id="go-next">' in look.content.decode()  # the choice is kept (a cookie)

@@ -360,3 +360,21 @@ def test_it_gives_each_request_an_id_and_logs_the_hold_of_the_url(client, member
     # An unsafe incoming id is replaced by a fresh one.
     generated = client.get(f"/holds/{hold.public_id}", headers={"X-Request-ID": "bad id\nwith newline"})
     assert generated["X-Request-ID"] != "bad id\nwith newline" and len(generated["X-Request-ID"]) == 32
+
+
+def test_it_shows_a_failing_endpoint_on_a_tile_its_row_and_in_metrics(client, member, robot, settings):
+    settings.RQ_METRICS_TOKEN = "t" * 32
+    cap = factories.capability()
+    client.force_login(member)
+    page = client.get("/ops").content.decode()
+    assert "endpoint failing" not in page and "Every endpoint answered its last attempts." in page
+    Capability.objects.filter(pk=cap.pk).update(
+        endpoint_failures=4, endpoint_failing_since=timezone.now() - dt.timedelta(minutes=7)
+    )
+    response = client.get("/ops")
+    assert [c.pk for c in response.context["failing"]] == [cap.pk]
+    page = response.content.decode()
+    assert "Failing endpoints" in page and "endpoint failing" in page and "7m ago" in page
+    metrics = client.get("/metrics", headers={"authorization": "Bearer " + "t" * 32}).content.decode()
+    assert f'rq_endpoint_failing{{capability="{cap.name}"}} 1.0' in metrics
+    assert f'rq_endpoint_consecutive_failures{{capability="{cap.name}"}} 4.0' in metrics

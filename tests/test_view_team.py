@@ -228,3 +228,44 @@ def test_it_refuses_team_posts_from_members(client, member):
     member.refresh_from_db()
     assert member.membership.role == "member"
     assert Capability.objects.get(pk=cap.pk).approvers == ["admin", "member"]
+
+
+def test_it_asks_once_more_before_changing_your_own_role(admin_client, admin_user):
+    factories.person("bea", role="admin")  # not the last admin: only the confirmation stands in the way
+    response = admin_client.post(f"/team/people/{admin_user.pk}/role", {"role": "member"})
+    assert response.status_code == 200
+    assert "Change your own role to member?" in response.content.decode()
+    admin_user.membership.refresh_from_db()
+    assert admin_user.membership.role == "admin"
+
+    response = admin_client.post(f"/team/people/{admin_user.pk}/role", {"role": "member", "confirm": "1"})
+    assert response.status_code == 303
+    admin_user.membership.refresh_from_db()
+    assert admin_user.membership.role == "member"
+
+
+def test_it_refuses_to_remove_the_last_admin(admin_client, admin_user, member):
+    response = admin_client.post(f"/team/people/{admin_user.pk}/role", {"role": "viewer", "confirm": "1"}, follow=True)
+    assert "this is the last admin" in response.content.decode()
+    admin_user.membership.refresh_from_db()
+    assert admin_user.membership.role == "admin"
+    assert not AuditEvent.objects.filter(kind="person.role_changed").exists()
+
+
+def test_it_refuses_to_deactivate_the_last_other_admin_of_a_service_account(admin_user):
+    account, _ = factories.account("root-bot", role="admin")
+    from holds.auth import actor_for_account
+    from holds.errors import Conflict
+
+    with pytest.raises(Conflict) as refused:
+        services.person_set_active(user_id=admin_user.pk, active=False, actor=actor_for_account(account))
+    assert refused.value.code == "last_admin"
+    admin_user.refresh_from_db()
+    assert admin_user.is_active
+
+
+def test_a_superuser_counts_as_an_admin(admin_client, admin_user):
+    User.objects.create_superuser("root", password="pw-for-tests-1")
+    admin_client.post(f"/team/people/{admin_user.pk}/role", {"role": "member", "confirm": "1"})
+    admin_user.membership.refresh_from_db()
+    assert admin_user.membership.role == "member"

@@ -9,10 +9,11 @@
 - An upstream's form-mode elicitation (either protocol: the SDK's client answers a push and MRTR alike)
   becomes a hold whose item schema is its `requestedSchema`: accept with the data on approve or edit,
   decline on reject, cancel on expiry. A schema that is not a flat object of primitives is declined
-  with a message. A URL-mode elicitation is sent on to the client where its connection has a
-  back-channel (2025-11-25) and refused with an error the upstream sees on a 2026-07-28 connection.
-  Not verified: the one test tried (the official client on a 2025-11-25 connection) answered -32602,
-  cause not found; the client's error goes back to the upstream.
+  with a message. A URL-mode elicitation goes to the client exactly as sent, and its answer back, when
+  the client declared URL mode; otherwise the upstream gets the spec's -32602. The upstream is spoken to
+  in the client's protocol generation: a 2026-07-28 upstream sends no elicitationId, which the
+  2025-11-25 wire requires (forwarding one such failed validation: the -32602 seen before). On
+  2026-07-28 the gateway cannot push to its client, so the upstream gets an error there.
 - Exactly once: a call's key is its client's session and JSON-RPC id, its tool and arguments; a retry
   finds the same hold, and only the first call acts on the decision (mcp_call_claim): the others
   answer the upstream's result it recorded.
@@ -36,6 +37,7 @@ from mcp.types import (
     ListToolsResult,
     TextContent,
 )
+from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from ..item_schemas import item_schema_problems
 from ..services.mcp_calls import mcp_call_claim, mcp_call_output
@@ -77,6 +79,26 @@ def refusal_message(outcome: calls.Outcome) -> str:
     return "The request for approval was cancelled; the tool was not called."
 
 
+async def forward_url(ctx, params) -> ElicitResult | ErrorData:
+    """A URL-mode elicitation goes to the gateway's client as the upstream sent it, and its answer back.
+
+    Only to a client that declared URL mode (the spec: a mode not declared in the client's capabilities
+    is -32602 Invalid params), and only over a connection that can carry a server-initiated request.
+    """
+    capabilities = ctx.session.client_capabilities
+    elicitation = capabilities.elicitation if capabilities else None
+    if elicitation is None or elicitation.url is None:
+        return ErrorData(code=INVALID_PARAMS, message="the gateway's client did not declare URL-mode elicitation")
+    try:
+        return await ctx.session.elicit_url(
+            params.message, params.url, params.elicitation_id, related_request_id=ctx.request_id
+        )
+    except NoBackChannelError:
+        return ErrorData(code=INVALID_REQUEST, message="the gateway's client cannot be sent a URL elicitation")
+    except MCPError as exc:  # the client's own refusal goes back to the upstream as it came
+        return exc.error
+
+
 class Gateway:
     def __init__(self, config: GatewayConfig):
         self.config = config
@@ -86,10 +108,10 @@ class Gateway:
     def exposed(self, upstream: Upstream, name: str) -> str:
         return name if len(self.config.upstreams) == 1 else f"{upstream.name}__{name}"
 
-    def client(self, upstream: Upstream, elicitation_callback=None) -> tuple[httpx2.AsyncClient, Client]:
+    def client(self, upstream: Upstream, elicitation_callback=None, mode="auto") -> tuple[httpx2.AsyncClient, Client]:
         http = httpx2.AsyncClient(headers=upstream.headers, timeout=httpx2.Timeout(30, read=None))
         transport = streamable_http_client(upstream.url, http_client=http)
-        return http, Client(transport, mode="auto", elicitation_callback=elicitation_callback)
+        return http, Client(transport, mode=mode, elicitation_callback=elicitation_callback)
 
     async def refresh(self) -> list:
         tools, found = [], {}
@@ -127,8 +149,12 @@ class Gateway:
         session = ctx.request.headers.get("mcp-session-id", "") if ctx.request is not None else ""
         key = calls.call_key("gateway", session, ctx.request_id, name, arguments)
         elicit = self.elicitation(ctx, actor, key)
+        # The upstream is spoken to in the client's protocol generation, so that a URL elicitation
+        # reaches the client as sent: 2025-11-25 pushes it with its elicitationId (required on that
+        # wire), 2026-07-28 has no id and no push.
+        mode = "auto" if ctx.session.protocol_version in MODERN_PROTOCOL_VERSIONS else "legacy"
         if not self.held(name, tool):
-            return await self.upstream_call(upstream, tool.name, arguments, elicit)
+            return await self.upstream_call(upstream, tool.name, arguments, elicit, mode)
         hints = tool.annotations
         annotations = hints.model_dump(mode="json", by_alias=True, exclude_none=True) if hints else {}
         schema = tool.input_schema if not item_schema_problems(tool.input_schema or {}) else None
@@ -156,12 +182,12 @@ class Gateway:
                 if finished:
                     return CallToolResult.model_validate(output)
                 await asyncio.sleep(1)
-        result = await self.upstream_call(upstream, tool.name, outcome.data, elicit)
+        result = await self.upstream_call(upstream, tool.name, outcome.data, elicit, mode)
         await calls.finish(held.run_id, result.model_dump(mode="json", by_alias=True, exclude_none=True))
         return result
 
-    async def upstream_call(self, upstream: Upstream, tool_name: str, arguments: dict, elicit) -> CallToolResult:
-        http, client = self.client(upstream, elicit)
+    async def upstream_call(self, upstream: Upstream, tool_name: str, arguments: dict, elicit, mode) -> CallToolResult:
+        http, client = self.client(upstream, elicit, mode)
         async with http, client:
             try:
                 return await client.call_tool(tool_name, arguments)
@@ -174,16 +200,7 @@ class Gateway:
 
         async def on_elicit(context, params) -> ElicitResult | ErrorData:
             if params.mode == "url":
-                try:
-                    return await ctx.session.elicit_url(
-                        params.message, params.url, params.elicitation_id, related_request_id=ctx.request_id
-                    )
-                except NoBackChannelError:
-                    return ErrorData(
-                        code=INVALID_REQUEST, message="the gateway's client cannot be sent a URL elicitation"
-                    )
-                except MCPError as exc:  # the client's own refusal goes back to the upstream as it came
-                    return exc.error
+                return await forward_url(ctx, params)
             schema = params.requested_schema
             problem = flat_schema_problem(schema)
             if problem is not None:

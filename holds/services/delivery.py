@@ -176,6 +176,19 @@ def _note_stall(run: Run, invocation: Invocation, outcome: Outcome) -> None:
         event = AuditKind.CAPABILITY_ENDPOINT_ANSWERING if cleared else None
     if event:
         audit(event, SYSTEM, run_id=run.pk, invocation_id=invocation.id, capability=capability.name, **details)
+    _count_failure(capability, outcome)
+
+
+def _count_failure(capability: Capability, outcome: Outcome) -> None:
+    """Failed attempts in a row (no HTTP answer, or a 5xx) for ops' "failing" label; an answer below
+    500 clears them. Counted per capability, since its endpoint is what is down."""
+    if outcome.status_code is None or outcome.status_code >= 500:
+        Capability.objects.filter(pk=capability.pk).update(
+            endpoint_failures=F("endpoint_failures") + 1,
+            endpoint_failing_since=Coalesce(F("endpoint_failing_since"), timezone.now()),
+        )
+    elif capability.endpoint_failures:
+        Capability.objects.filter(pk=capability.pk).update(endpoint_failures=0, endpoint_failing_since=None)
 
 
 def endpoint_take_probe(*, capability: Capability) -> bool:
@@ -224,7 +237,8 @@ _LOCK_COLUMNS = (
     gateway.Columns(
         Capability,
         "c",
-        ["id", "name", "output_schema", "timeout_seconds", "endpoint_disabled_at", "endpoint_stalled_at"],
+        ["id", "name", "output_schema", "timeout_seconds", "endpoint_disabled_at", "endpoint_stalled_at"]
+        + ["endpoint_failures"],
     ),
 )
 _LOCK_SQL = sql.LOCK_CLAIMED.format(columns=", ".join(c.select() for c in _LOCK_COLUMNS))

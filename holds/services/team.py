@@ -4,6 +4,7 @@ import re
 
 from django.contrib.auth import get_user_model
 from django.db import transaction
+from django.db.models import Q
 from django.utils import timezone
 
 from ..auth import Actor, new_service_key
@@ -129,6 +130,23 @@ def _require_admin(actor: Actor) -> None:
     require(may_manage_team(actor))
 
 
+def _refuse_last_admin(user_id: int) -> None:
+    """Refuses a change that would leave no active person who is an admin: nobody could manage
+    the team again. Locks every admin's membership first, so two admins demoting each other at
+    once cannot both pass the count."""
+    list(Membership.objects.select_for_update().filter(role=Role.ADMIN).values_list("pk", flat=True))
+    people = get_user_model().objects.filter(is_active=True).exclude(pk=user_id)
+    if not people.filter(Q(is_superuser=True) | Q(membership__role=Role.ADMIN)).exists():
+        raise Conflict(
+            "this is the last admin: make someone else an admin first, or nobody could manage the team",
+            code="last_admin",
+        )
+
+
+def _is_admin_member(user_id: int) -> bool:
+    return Membership.objects.filter(user_id=user_id, role=Role.ADMIN).exists()
+
+
 def person_set_role(*, user_id: int, role: str, actor: Actor) -> None:
     _require_admin(actor)
     if role not in Role.values:
@@ -138,6 +156,8 @@ def person_set_role(*, user_id: int, role: str, actor: Actor) -> None:
         if membership is None:
             raise NotFound("no such person")
         before = membership.role
+        if before == Role.ADMIN and role != Role.ADMIN and membership.user.is_active:
+            _refuse_last_admin(user_id)
         membership.role = role
         membership.save(update_fields=["role"])
         membership.user.is_staff = role == Role.ADMIN
@@ -153,6 +173,8 @@ def person_set_active(*, user_id: int, active: bool, actor: Actor) -> None:
             raise NotFound("no such person")
         if actor.kind == ActorKind.USER and actor.user.pk == user.pk and not active:
             raise Conflict("you cannot deactivate yourself", code="self")
+        if not active and user.is_active and (user.is_superuser or _is_admin_member(user.pk)):
+            _refuse_last_admin(user.pk)
         before = user.is_active
         user.is_active = active
         user.save(update_fields=["is_active"])

@@ -9,6 +9,7 @@ changes a status: deciding is services.hold_decide, whose errors map to pages wi
 from dataclasses import dataclass
 from urllib.parse import quote, unquote
 
+from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.http import Http404
@@ -24,7 +25,7 @@ from ..auth import Actor, actor_for_user
 from ..errors import Conflict, Forbidden, Invalid, NotFound, RateLimited
 from ..forms import DecisionForm, ItemForm, parse_confirmed
 from ..ids import FILE, parse_public_id
-from ..models import Hold, HoldItem, RunFile
+from ..models import Capability, Hold, HoldItem, RunFile
 from ..policy import (
     decide_refusal,
     is_open,
@@ -184,10 +185,13 @@ def hold_review(request, hold_id: str):
             response = render(request, "holds/hold.html#decision-form", context, status=422)
             return reswap(retarget(response, "#decision-form"), "outerHTML")
         return render(request, "holds/hold.html", context, status=422)
+    views = item_views(form)
     context = {
         "hold": hold,
         "form": form,
-        "items": item_views(form),
+        "items": views,
+        "second_looks": second_looks(request, hold, views),
+        "go_next": request.COOKIES.get(GO_NEXT) != "0",
         "copied_to": sum(1 for f in form.items if f.action in (Action.EDIT, Action.REJECT, Action.FEEDBACK)),
         "by_confidence": " ".join(_by_confidence(request, form.items)),
         "by_confidence_threshold": request.POST.get("by_confidence_threshold", ""),
@@ -219,13 +223,74 @@ def hold_decision(request, hold_id: str):
     except (Conflict, Forbidden, Invalid, NotFound, RateLimited) as exc:
         return _refused(request, queries.hold_for_page(hold.pk) or hold, exc)
     if decided.status == Hold.Status.PENDING:
+        # An approval toward a quorum that does not complete it: the hold stays here for the others.
         remaining = decided.quorum_state["remaining"]
         messages.success(
             request, f"Approval recorded. {remaining} more approval{'s' if remaining != 1 else ''} needed."
         )
         return see_other(reverse("hold", args=[hold.public_id]))
-    messages.success(request, "Decision recorded. The agent will be resumed with it.")
-    return see_other(reverse("hold", args=[hold.public_id]))
+    go_next = request.POST.get("next") == "1"
+    following = next_hold(actor, hold) if go_next else None
+    if following is None:
+        more = " No other hold waits for you." if go_next else ""
+        messages.success(request, f"Decision recorded. The agent will be resumed with it.{more}")
+        response = see_other(reverse("hold", args=[hold.public_id]))
+    else:
+        done = f"Decision recorded on {hold.public_id}; the agent will be resumed with it. Next, this hold:"
+        messages.success(request, done)
+        response = see_other(reverse("hold", args=[following.public_id]))
+    # A cookie, not the session: the hold page's presence poll saves the session concurrently and
+    # would write the old choice back. It only says which way the box starts next time.
+    response.set_cookie(
+        GO_NEXT,
+        "1" if go_next else "0",
+        max_age=365 * 86400,
+        httponly=True,
+        samesite="Lax",
+        secure=settings.SESSION_COOKIE_SECURE,
+    )
+    return response
+
+
+# The person's choice on the last look: after deciding, open the next hold (on unless they unticked it).
+GO_NEXT = "rq_go_next"
+
+
+def next_hold(actor: Actor, decided: Hold) -> Hold | None:
+    """The first hold of the person's queue (the same order) that they may decide now and nobody
+    else said they are on; None when none is left on its first page."""
+    now = timezone.now()
+    page = queries.queue_page(actor, list(Capability.objects.order_by("name")))
+    for hold in page.rows:
+        claimed_by_other = hold.claimed_until and hold.claimed_until > now and hold.claimed_by_id != actor.user.pk
+        if hold.pk != decided.pk and not claimed_by_other and is_open(hold) and may_decide(actor, hold):
+            return hold
+    return None
+
+
+def second_looks(request, hold: Hold, views: list[ItemView]) -> list[tuple[str, str]]:
+    """What deserves a second look before confirming, as (agent-written subject, our words): flagged
+    text and confidence below the red threshold (RQ_CONFIDENCE_RED) on items that send data on
+    (approve, edit), and another reviewer's claim or presence. The last look lists them and asks
+    for a tick first."""
+    notes = [("", f"The intent has {flag}.") for flag in rendering.text_flags(hold.intent)]
+    for view in views:
+        if view.form.action not in (Action.APPROVE, Action.EDIT):
+            continue
+        notes += [(view.item.title, f"{flag}.") for flag in view.flags]
+        red = settings.RQ_CONFIDENCE_RED
+        notes += [
+            (view.item.title, f"{r.key} has confidence {r.confidence:.2f}, below {red:g}.")
+            for r in view.rows
+            if r.level == "red"
+        ]
+    now = timezone.now()
+    if hold.claimed_by_id and hold.claimed_until and hold.claimed_until > now and hold.claimed_by_id != request.user.pk:
+        notes.append(("", f"{hold.claimed_by.get_username()} said they are on it."))
+    looking = presence.others(hold.pk, request.user)
+    if looking:
+        notes.append(("", f"{', '.join(looking)} {'has' if len(looking) == 1 else 'have'} this hold open now."))
+    return notes
 
 
 def _by_confidence(request, item_forms) -> list[str]:

@@ -239,6 +239,9 @@ def ops_context(actor) -> dict:
         if c.endpoint_disabled_at is not None
     ]
     stalled = [c for c in live["capabilities"] if c.endpoint_stalled_at is not None and c.endpoint_disabled_at is None]
+    failing = [c for c in live["capabilities"] if c.endpoint_failing(now)]
+    for row in pending:
+        row["failing"] = row["capability"] in failing
     # Pending holds that took an escalation step (issue 34), latest step first.
     escalated = list(
         HoldEscalation.objects.filter(hold__status=Hold.Status.PENDING)
@@ -260,6 +263,7 @@ def ops_context(actor) -> dict:
         "undeliverable_count": stuck[:COUNT_CAP].count(),
         "disabled": disabled,
         "stalled": stalled,
+        "failing": failing,
         "day": _summary(windows["day"]),
         "week": _summary(windows["week"]),
         "chart": chart(windows["hours"], now),

@@ -168,6 +168,11 @@ def person_role(request, user_id: int):
     actor = _admin(request)
     user = get_object_or_404(get_user_model().objects.select_related("membership"), pk=user_id)
     role = request.POST.get("role", "")
+    current = role_of_user(user)
+    if user.pk == request.user.pk and role in Role.values and role != current and request.POST.get("confirm") != "1":
+        # Your own role: one more deliberate step, since demoting yourself can lock you out of this page.
+        context = {"role": actor.role, "nav": "team", "user_id": user.pk, "new_role": role, "current_role": current}
+        return render(request, "holds/team_confirm_role.html", context)
     if getattr(user, "membership", None) is None and role in Role.values:
         # People made by createsuperuser have no membership yet; adding them gives them one.
         return _run(

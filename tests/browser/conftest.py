@@ -54,7 +54,8 @@ class Session:
     """One browser context (a person's browser) with what the tests watch on it."""
 
     def __init__(self, browser, base_url: str, **options):
-        self.context = browser.new_context(base_url=base_url, viewport={"width": 1280, "height": 900}, **options)
+        options.setdefault("viewport", {"width": 1280, "height": 900})
+        self.context = browser.new_context(base_url=base_url, **options)
         self.context.set_default_timeout(10_000)
         self.csp: list[str] = []
         self.dialogs: list[str] = []

@@ -57,6 +57,7 @@ def test_it_sends_an_edited_number_as_a_number(person_session, cap):
     expect(look.locator("table.changes tr", has_text="amount")).to_contain_text("18400")
     expect(look.locator("table.changes tr", has_text="amount")).to_contain_text("18500")
     screenshot(page, "last-look", full_page=False)
+    look.get_by_label("I looked at this").check()  # amount's confidence 0.42 is below 0.5
     look.get_by_role("button", name="Confirm decision").click()
     expect(page.get_by_text("Decision recorded")).to_be_visible()
     screenshot(page, "outcome")
@@ -167,8 +168,10 @@ def test_it_tells_a_second_browser_that_the_hold_is_already_decided(person_sessi
     second.get_by_role("button", name="Approve all").click()
     expect(second.locator("#last-look")).to_be_visible()
     first.get_by_role("button", name="Approve all").click()
+    first.get_by_label("I looked at this").check()  # otto has it open too
     first.get_by_role("button", name="Confirm decision").click()
     expect(first.get_by_text("Decision recorded")).to_be_visible()
+    second.get_by_label("I looked at this").check()  # mona has it open
     with second.expect_response(lambda r: r.request.method == "POST") as posted:
         second.get_by_role("button", name="Confirm decision").click()
     assert posted.value.status == 409

@@ -147,6 +147,7 @@ def test_it_runs_none_of_the_corpus_in_full_pages_or_htmx_fragments(person_sessi
     expect(page.locator("#last-look")).to_be_visible()
     watch.check(page, "last look fragment")
     assert page.locator("#last-look .comment-shown .pre").text_content() == comment
+    page.locator("#second-look-ack").check()  # the flagged items ask for a second look first
     page.get_by_role("button", name="Confirm decision").click()
     expect(page.get_by_text("Decision recorded")).to_be_visible()
     watch.check(page, "decided")

@@ -8,7 +8,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('holds', '0023_channels_slack_and_push'),
+        ('holds', '0024_capability_endpoint_failures'),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 
