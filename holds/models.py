@@ -928,3 +928,21 @@ class HoldEscalation(models.Model):
 
     def __str__(self) -> str:
         return f"hold {self.hold_id} step {self.step}"
+
+
+class ReceiptKey(models.Model):
+    """An Ed25519 key that signs decision receipts (holds/services/receipts.py). The newest is current;
+    older ones stay so that their public halves keep verifying the receipts they signed."""
+
+    kid = models.CharField(max_length=64, unique=True)
+    # The public JWK as published at /.well-known/jwks.json.
+    public_jwk = models.JSONField()
+    # The private key's PEM, encrypted with a key derived from SECRET_KEY (Fernet; docs/decisions.md).
+    private_encrypted = models.TextField()
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+
+    def __str__(self) -> str:
+        return self.kid

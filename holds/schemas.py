@@ -407,6 +407,10 @@ class ResumeOut(BaseModel):
     resolved_by: Literal["human", "expired", "rule"]
     items: list[ResumeItemOut]
     comment: str | None
+    # A compact JWS (Ed25519) over what was decided; its keys are at /.well-known/jwks.json (docs/receipts.md).
+    receipt: str = Field(
+        description="Decision receipt: a compact JWS (alg Ed25519) verifiable with /.well-known/jwks.json"
+    )
 
 
 class HoldItemOut(BaseModel):

@@ -3,7 +3,7 @@ from django.contrib import admin
 from django.urls import include, path
 
 from holds import openapi
-from holds.api import agent, evals, pushes, rules
+from holds.api import agent, evals, jwks, pushes, rules
 from holds.web import login
 
 v0 = [
@@ -36,6 +36,7 @@ v0 = [
 
 urlpatterns = [
     path("v0/", include(v0)),
+    path(".well-known/jwks.json", jwks.jwks, name="jwks"),
     # The admin's own sign-in form would skip RQ_RATE_LOGIN: every sign-in goes through /login/.
     path("admin/login/", login.admin_login),
     path("admin/", admin.site.urls),

@@ -30,6 +30,15 @@ def _media(settings, tmp_path):
     settings.MEDIA_ROOT = tmp_path / "media"
 
 
+@pytest.fixture(autouse=True)
+def _receipt_key_cache():
+    """A test's rollback removes the receipt keys it made: the next test must not sign with a cached one."""
+    yield
+    from holds.services import receipts
+
+    receipts.forget_current_key()
+
+
 @pytest.fixture
 def cap(db):
     return factories.capability()

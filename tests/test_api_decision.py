@@ -34,6 +34,8 @@ def test_it_decides_and_creates_the_resume_in_one_step(api, cap, member_key):
     assert out["status"] == "decided" and out["decided_by"] == "service account robot" and out["decided_at"]
     invocation = resume_of(hold)
     assert invocation.kind == "resume" and invocation.seq == 2 and invocation.status == "pending"
+    # The receipt's content is tests/test_receipts.py's.
+    assert invocation.resume.pop("receipt").count(".") == 2
     assert invocation.resume == {
         "hold_id": hold.public_id,
         "resolved_by": "human",

@@ -75,9 +75,25 @@ def exchange(claim: services.Claim, client: httpx.Client, *, signed_headers, cla
             "message": json_format.MessageToDict(message),
             "configuration": {"taskPushNotificationConfig": {"url": push_url(run), "token": push_token_for(run)}},
         }
-        return _outcome(invocation, call.rpc(url, "SendMessage", params, invocation.id), attempt)
+        try:
+            result = call.rpc(url, "SendMessage", params, invocation.id)
+        except Refused:
+            if invocation.kind != Invocation.Kind.RESUME:
+                raise
+            # A re-sent follow-up (a lost host's lease taken over, a timeout retried) that the agent took the
+            # first time: its task has ended since, so A2A refuses the message. The task's history holds our
+            # message id, and its state is this decision's outcome.
+            current = call.rpc(url, "GetTask", {"id": task["task_id"]}, invocation.id)
+            if not _took(current, invocation.id):
+                raise
+            result = {"task": current}
+        return _outcome(invocation, result, attempt)
     except Unanswered as exc:
         return exc.outcome
+
+
+class Refused(Unanswered):
+    """The agent answered with a JSON-RPC error."""
 
 
 class _Call:
@@ -132,7 +148,7 @@ class _Call:
             error = answer["error"]
             text = f"the agent answered {method} with JSON-RPC error {error.get('code')}: {error.get('message')}"
             retry = error.get("code") in RETRYABLE_RPC
-            raise Unanswered(self.attempt.retry(text) if retry else self.attempt.fatal(text))
+            raise Refused(self.attempt.retry(text) if retry else self.attempt.fatal(text))
         if not isinstance(answer.get("result"), dict):
             raise Unanswered(self.attempt.retry(f"not A2A: {method}'s answer has no result object"))
         return answer["result"]
@@ -166,6 +182,12 @@ def _data_part(value) -> Part:
     part = Part()
     part.data.struct_value.CopyFrom(data)
     return part
+
+
+def _took(task: dict, message_id: str) -> bool:
+    """Whether the task's history (GetTask's, as JSON) holds the message."""
+    history = task.get("history")
+    return isinstance(history, list) and any(isinstance(m, dict) and m.get("messageId") == message_id for m in history)
 
 
 def _follow_up(invocation: Invocation, task: dict) -> Message:

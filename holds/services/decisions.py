@@ -12,7 +12,7 @@ from ..models import Action, AuditEvent, AuditKind, Hold, HoldItem, Invocation
 from ..policy import decide_refusal, hold_refusal, may_approve_for_quorum, quorum_of, require
 from ..schemas import Asked, blank_to_none, validate_decision
 from ..words import ActorKind
-from . import gateway, ports, sql
+from . import gateway, ports, receipts, sql
 from .gateway import insert_values, one_round_trip
 from .quorum import approve, is_approval, state
 
@@ -119,7 +119,7 @@ def _decide(hold, items, decision, actor: Actor, by_confidence, approvals=()) ->
         "decided_by_account_id": actor.account.pk if actor.kind == ActorKind.ACCOUNT else None,
         "comment": comment,
     }
-    resume_invocation = write_decision(hold, items, stamp, resume, event)
+    resume_invocation = write_decision(hold, items, stamp, resume, event, approvals)
     if resume_invocation is None:
         # Another decider or the sweep got there first, or the clock passed expires_at.
         fresh = Hold.objects.get(pk=hold.pk)
@@ -135,12 +135,15 @@ def _decide(hold, items, decision, actor: Actor, by_confidence, approvals=()) ->
 
 
 def write_decision(
-    hold: Hold, items: list[HoldItem], stamp: dict, resume: dict, event: AuditEvent
+    hold: Hold, items: list[HoldItem], stamp: dict, resume: dict, event: AuditEvent, approvals=()
 ) -> Invocation | None:
     """Takes the hold for this decision and writes everything it decides, in one transaction of one
     round trip (sql.TAKE_HOLD, then sql.write_decision): the hold's `stamp`, the per-item decisions, the
-    -1 pending count, the resume invocation (returned) and the audit event. None: the hold was not
-    pending any more, or its expires_at had passed by the database's clock, and nothing was written."""
+    -1 pending count, the resume invocation (returned; its receipt signed here, so people's and rules'
+    decisions both carry one; a quorum's `approvals` are each named in it) and the audit event. None: the
+    hold was not pending any more, or its expires_at had passed by the database's clock, and nothing was
+    written."""
+    resume["receipt"] = receipts.for_decision(hold, items, stamp, resume, approvals)
     # seq, status and next_attempt_at are placeholders here: the statement sets them from the asker.
     invocation = Invocation(
         run_id=hold.run_id, kind=Invocation.Kind.RESUME, seq=0, status="", hold_id=hold.pk, resume=resume

@@ -350,7 +350,13 @@ def _decide_whole(hold: Hold, items: list[dict], choices: list) -> None:
     for pk, item, (action, decided_by, comment) in zip(_item_pks(hold), items, choices, strict=True):
         rows.append(
             HoldItem(
-                pk=pk, item_id=item["id"], action=action, decided_data=None, comment=comment, decided_by=decided_by
+                pk=pk,
+                item_id=item["id"],
+                data=item["data"],  # not written: the receipt states its hash
+                action=action,
+                decided_data=None,
+                comment=comment,
+                decided_by=decided_by,
             )
         )
         resume_items.append(

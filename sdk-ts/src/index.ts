@@ -31,6 +31,7 @@ export {
   type Eval,
   type InvocationPayload,
 } from "./invocation.js";
+export { ReceiptError, forgetReceiptKeys, verifyReceipt, type ReceiptClaims, type ReceiptItem } from "./receipts.js";
 export { Resume, type Action, type DecidedItem, type JsonObject, type ResumePayload } from "./resume.js";
 export { Server, runHandler, serve, type Answer, type Handler, type ServeOptions } from "./server.js";
 /** The service's wire types, generated from its OpenAPI document (scripts/wire-types.mjs). */

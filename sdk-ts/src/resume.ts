@@ -39,12 +39,21 @@ export class Resume {
   readonly resolvedBy: string;
   readonly decidedItems: DecidedItem[];
   readonly comment: string | null;
+  /** The decision receipt as sent (a compact JWS); `verifyReceipt` checks it. */
+  readonly receipt: string | null;
 
-  constructor(holdId: string, resolvedBy: string, decidedItems: DecidedItem[], comment: string | null) {
+  constructor(
+    holdId: string,
+    resolvedBy: string,
+    decidedItems: DecidedItem[],
+    comment: string | null,
+    receipt: string | null = null,
+  ) {
     this.holdId = holdId;
     this.resolvedBy = resolvedBy;
     this.decidedItems = decidedItems;
     this.comment = comment;
+    this.receipt = receipt;
   }
 
   static fromJson(payload: ResumePayload): Resume {
@@ -55,7 +64,7 @@ export class Resume {
       comment: i.comment || null,
       decidedBy: i.decided_by ?? null,
     }));
-    return new Resume(payload.hold_id ?? "", payload.resolved_by ?? "", items, payload.comment || null);
+    return new Resume(payload.hold_id ?? "", payload.resolved_by ?? "", items, payload.comment || null, payload.receipt ?? null);
   }
 
   /** True when nobody decided before the hold's expiry; `decidedItems` is then empty. */

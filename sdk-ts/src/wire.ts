@@ -2587,6 +2587,11 @@ export interface components {
             items: components["schemas"]["ResumeItemOut"][];
             /** Comment */
             comment: string | null;
+            /**
+             * Receipt
+             * @description Decision receipt: a compact JWS (alg Ed25519) verifiable with /.well-known/jwks.json
+             */
+            receipt: string;
         };
         /** HoldOut */
         HoldOut: {
@@ -2981,12 +2986,6 @@ export interface components {
             /** Saved At */
             saved_at: string | null;
         };
-        /**
-         * Action
-         * @description What a reviewer does with one item.
-         * @enum {string}
-         */
-        Action: "approve" | "edit" | "reject" | "feedback";
         /** BacktestDifferenceOut */
         BacktestDifferenceOut: {
             /** Hold Id */
@@ -2995,7 +2994,11 @@ export interface components {
             item_id: string;
             /** Title */
             title: string;
-            person: components["schemas"]["Action"];
+            /**
+             * Person
+             * @enum {string}
+             */
+            person: "approve" | "edit" | "reject" | "feedback";
             /**
              * Would
              * @enum {string}

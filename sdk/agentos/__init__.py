@@ -19,6 +19,7 @@ from .errors import (
     UnprocessableEntity,
 )
 from .invocation import Invocation
+from .receipts import ReceiptError, verify_receipt
 from .resume import DecidedItem, Eval, RecordedHold, Resume
 from .server import Server, run_handler, serve
 from .signing import SignatureError, sign, verify
@@ -43,11 +44,13 @@ __all__ = [
     "Eval",
     "Invocation",
     "RecordedHold",
+    "ReceiptError",
     "Resume",
     "Server",
     "SignatureError",
     "Suspend",
     "run_handler",
+    "verify_receipt",
     "serve",
     "sign",
     "verify",

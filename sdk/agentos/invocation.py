@@ -26,6 +26,7 @@ from .errors import (
     Suspend,
     error_class,
 )
+from .receipts import ReceiptError, check_resume, verify_receipt
 from .resume import Eval, Resume
 
 T = TypeVar("T")
@@ -200,6 +201,8 @@ class Invocation:
         self.api_url: str = invocation.get("api_url", "")
         self.run_token: str = invocation.get("run_token", "")
         self.resume: Resume | None = Resume.from_json(resume) if resume else None
+        self._resume_json = resume or None
+        self._receipt: dict[str, Any] | None = None
         # The hold this invocation asked; the server answers `suspended` on it.
         self.hold_id: str | None = None
         # An eval run asked for a person: the invocation ends `failed: asked_for_human`.
@@ -210,6 +213,22 @@ class Invocation:
 
     def close(self) -> None:
         self._api.close()
+
+    @property
+    def receipt(self) -> dict[str, Any] | None:
+        """The resume's decision receipt, verified against the service's keys
+        (`{api_url}/.well-known/jwks.json`, fetched once and cached) and checked against this resume (same hold,
+        each item's action and data as signed): its claims, or ReceiptError. None on a start invocation."""
+        if self._resume_json is None:
+            return None
+        if self._receipt is None:
+            token = self._resume_json.get("receipt")
+            if not token:
+                raise ReceiptError("this resume carries no receipt")
+            claims = verify_receipt(token, jwks_url=self.api_url.rstrip("/") + "/.well-known/jwks.json")
+            check_resume(claims, self._resume_json)
+            self._receipt = claims
+        return self._receipt
 
     def ask(
         self,

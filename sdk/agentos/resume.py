@@ -23,6 +23,8 @@ class Resume:
     resolved_by: str
     decided_items: list[DecidedItem] = field(default_factory=list)
     comment: str | None = None
+    # The decision receipt as sent (a compact JWS); `inv.receipt` verifies it.
+    receipt: str | None = None
 
     @classmethod
     def from_json(cls, payload: dict[str, Any]) -> Resume:
@@ -41,6 +43,7 @@ class Resume:
             resolved_by=payload.get("resolved_by", ""),
             decided_items=items,
             comment=payload.get("comment") or None,
+            receipt=payload.get("receipt"),
         )
 
     @property

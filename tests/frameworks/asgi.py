@@ -1,4 +1,5 @@
-"""An ASGI app (an AG-UI or A2A agent) served by uvicorn on 127.0.0.1 in a thread of the test process."""
+"""An ASGI app (an AG-UI or A2A agent) served by uvicorn in a thread of the test process (on 127.0.0.1 unless
+told another local address)."""
 
 import threading
 
@@ -8,10 +9,10 @@ from tests.processes import answers_http, free_port, wait_until
 
 
 class Served:
-    def __init__(self, app, path: str = "/", port: int | None = None):
+    def __init__(self, app, path: str = "/", port: int | None = None, host: str = "127.0.0.1"):
         self.port = port or free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        config = uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="warning", lifespan="off")
+        self.url = f"http://{host}:{self.port}"
+        config = uvicorn.Config(app, host=host, port=self.port, log_level="warning", lifespan="off")
         self.server = uvicorn.Server(config)
         self.thread = threading.Thread(target=self.server.run, daemon=True)
         self.thread.start()

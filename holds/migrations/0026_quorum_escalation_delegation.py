@@ -8,7 +8,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('holds', '0024_capability_endpoint_failures'),
+        ('holds', '0025_receipt_key'),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 
