@@ -11,12 +11,18 @@ from tests.browser.conftest import screenshot
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
 
-def approve_all(page, hold):
+def approve_all(page, hold, second_look: str | None = None):
+    """`second_look`: what the last look is expected to flag; a person then ticks "I looked at this"
+    (issue 32: required when someone else has the hold open or items are flagged) before confirming."""
     page.goto(f"/holds/{hold.public_id}")
     for title in ("Payee 1 · 100.00", "Payee 2 · 101.00"):
         page.get_by_role("group", name=title).get_by_label("Approve").check()
     page.get_by_role("button", name="Submit decision").click()
-    page.locator("#last-look").get_by_role("button", name="Confirm decision").click()
+    look = page.locator("#last-look")
+    if second_look is not None:
+        expect(look).to_contain_text(second_look)
+        look.get_by_label("I looked at this").check()
+    look.get_by_role("button", name="Confirm decision").click()
 
 
 def test_two_reviewers_in_two_browsers_resume_the_agent_once(person_session, agent):
@@ -37,7 +43,8 @@ def test_two_reviewers_in_two_browsers_resume_the_agent_once(person_session, age
     approve_all(ann.page, hold)
     expect(ann.page.get_by_text("you already approved this hold")).to_be_visible()
 
-    approve_all(bob.page, hold)
+    # ann still has the hold open, so bob's last look asks him to tick that he looked before confirming.
+    approve_all(bob.page, hold, second_look="ann has this hold open now.")
     expect(bob.page.get_by_text("Decision recorded")).to_be_visible()
     expect(bob.page.locator(".outcome-line").first).to_contain_text("ann, bob")
     screenshot(bob.page, "quorum-decided")
