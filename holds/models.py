@@ -670,11 +670,14 @@ class PendingCount(models.Model):
 
 
 class Notification(models.Model):
-    """One notification of one hold on one channel; the row is its claim, so each goes out once."""
+    """One notification of one hold on one channel, or of one capability's failing endpoint (once per
+    failing spell, named by its `endpoint_failing_since`); the row is its claim, so each goes out once."""
 
     class Kind(models.TextChoices):
         ASKED = "asked"
         REMINDER = "reminder"
+        ENDPOINT_FAILING = "failing"
+        ENDPOINT_ANSWERING = "answering"
 
     class Channel(models.TextChoices):
         EMAIL = "email"
@@ -682,7 +685,11 @@ class Notification(models.Model):
         SLACK = "slack"
         PUSH = "push"
 
-    hold = models.ForeignKey(Hold, on_delete=models.CASCADE, related_name="notifications")
+    hold = models.ForeignKey(Hold, null=True, blank=True, on_delete=models.CASCADE, related_name="notifications")
+    capability = models.ForeignKey(
+        Capability, null=True, blank=True, on_delete=models.CASCADE, related_name="notifications"
+    )
+    spell = models.DateTimeField(null=True, blank=True)
     kind = models.CharField(max_length=10, choices=Kind.choices)
     channel = models.CharField(max_length=10, choices=Channel.choices)
     # A worker that is sending holds the row until this time; after it, a retry may take over.
@@ -694,10 +701,23 @@ class Notification(models.Model):
 
     class Meta:
         constraints = [
-            models.UniqueConstraint(fields=["hold", "kind", "channel"], name="one_notification_per_hold_kind_channel")
+            models.UniqueConstraint(fields=["hold", "kind", "channel"], name="one_notification_per_hold_kind_channel"),
+            models.UniqueConstraint(
+                fields=["capability", "spell", "kind", "channel"],
+                condition=models.Q(capability__isnull=False),
+                name="one_notification_per_failing_spell",
+            ),
+            # Either a hold's, or a capability's spell's: never both, never neither.
+            models.CheckConstraint(
+                condition=models.Q(hold__isnull=False, capability__isnull=True, spell__isnull=True)
+                | models.Q(hold__isnull=True, capability__isnull=False, spell__isnull=False),
+                name="notification_of_a_hold_or_a_spell",
+            ),
         ]
 
     def __str__(self) -> str:
+        if self.hold_id is None:
+            return f"capability {self.capability_id} {self.kind} {self.channel}"
         return f"{public_id(HOLD, self.hold_id)} {self.kind} {self.channel}"
 
 

@@ -8,6 +8,10 @@ page (a GET decides nothing), so mail scanners that prefetch links change nothin
 Each (hold, kind, channel) has one Notification row, which is the claim: a retried or duplicated
 task sends nothing twice once the row says sent. Beat also finds holds whose on-commit enqueue was
 lost (the broker was down) and holds due a reminder.
+
+Admins also hear, on the same rows, when a capability's endpoint becomes failing and when it answers
+again: one row per (capability, failing spell, kind, channel), the spell named by the time its first
+failure was counted (services.delivery enqueues them).
 """
 
 import logging
@@ -15,15 +19,17 @@ from datetime import timedelta
 
 import httpx
 from django.conf import settings
+from django.contrib.auth import get_user_model
 from django.core import mail
 from django.db.models import DateTimeField, F, Max, Q, Value
 from django.template.loader import render_to_string
+from django.urls import reverse
 from django.utils import timezone
 
 from . import push, slack
 from .config import REMIND_BEFORE, REMIND_MIN_LIFE
 from .messages import hold_url, one_line, slack_escape
-from .models import Capability, Hold, Notification
+from .models import Capability, Hold, Notification, Role
 from .policy import acting_for, deciders_of
 
 log = logging.getLogger(__name__)
@@ -192,9 +198,13 @@ def webhook_payload(hold: Hold, kind: str) -> dict:
 
 
 def _claim(hold: Hold, kind: str, channel: str) -> Notification | None:
-    """The notification row, claimed for this worker; None when it was sent already."""
+    return _claim_row(f"{hold.public_id} {kind} {channel}", hold=hold, kind=kind, channel=channel)
+
+
+def _claim_row(label: str, **key) -> Notification | None:
+    """The notification row of this key, claimed for this worker; None when it was sent already."""
     now = timezone.now()
-    row, _ = Notification.objects.get_or_create(hold=hold, kind=kind, channel=channel)
+    row, _ = Notification.objects.get_or_create(**key)
     if row.sent_at is not None:
         return None
     won = (
@@ -205,7 +215,7 @@ def _claim(hold: Hold, kind: str, channel: str) -> Notification | None:
     if won != 1:
         if Notification.objects.filter(pk=row.pk, sent_at__isnull=False).exists():
             return None
-        raise Busy(f"{hold.public_id} {kind} {channel} is being sent by another worker")
+        raise Busy(f"{label} is being sent by another worker")
     return row
 
 
@@ -235,18 +245,7 @@ def deliver(*, hold_id: int, kind: str, channel: str) -> str:
             url = notify.get("webhook")
             if not url:
                 return _done(row, "skipped: no webhook")
-            response = httpx.post(
-                url,
-                json=webhook_payload(hold, kind),
-                timeout=settings.RQ_WEBHOOK_TIMEOUT,
-                headers={"user-agent": "ReviewQueue/0"},
-                follow_redirects=False,
-            )
-            if not 200 <= response.status_code < 300:
-                raise httpx.HTTPStatusError(
-                    f"the webhook answered HTTP {response.status_code}", request=response.request, response=response
-                )
-            result = "posted"
+            result = _post_webhook(url, webhook_payload(hold, kind))
         elif channel == Notification.Channel.SLACK:
             target = notify.get("slack")
             if not target:
@@ -259,11 +258,100 @@ def deliver(*, hold_id: int, kind: str, channel: str) -> str:
                 return _done(row, "skipped: Web Push announces new holds only, where the capability allows it")
             result = push.send(hold, deciders_of(hold))
     except Exception as exc:
-        Notification.objects.filter(pk=row.pk).update(claimed_until=None, last_error=f"{exc}"[:500])
+        _failed(row, exc)
         raise
     return _done(row, "", result)
+
+
+def _failed(row: Notification, exc: Exception) -> None:
+    Notification.objects.filter(pk=row.pk).update(claimed_until=None, last_error=f"{exc}"[:500])
+
+
+def _post_webhook(url: str, payload: dict) -> str:
+    response = httpx.post(
+        url,
+        json=payload,
+        timeout=settings.RQ_WEBHOOK_TIMEOUT,
+        headers={"user-agent": "ReviewQueue/0"},
+        follow_redirects=False,
+    )
+    if not 200 <= response.status_code < 300:
+        raise httpx.HTTPStatusError(
+            f"the webhook answered HTTP {response.status_code}", request=response.request, response=response
+        )
+    return "posted"
 
 
 def _done(row: Notification, note: str, result: str | None = None) -> str:
     Notification.objects.filter(pk=row.pk).update(sent_at=timezone.now(), claimed_until=None, last_error=note)
     return result or note
+
+
+# --- a capability's failing endpoint, for admins ----------------------------------------------------
+
+
+def admin_emails() -> list[str]:
+    """Every active admin (an admin membership, or a superuser) with an address; members are not told."""
+    people = get_user_model().objects.filter(is_active=True).exclude(email="")
+    admins = people.filter(Q(is_superuser=True) | Q(membership__role=Role.ADMIN))
+    return sorted(set(admins.values_list("email", flat=True)))
+
+
+def endpoint_line(capability: Capability, kind: str) -> str:
+    if kind == Notification.Kind.ENDPOINT_FAILING:
+        return f"Endpoint failing: {capability.name}"
+    return f"Endpoint answering again: {capability.name}"
+
+
+def deliver_endpoint(*, capability_id: int, kind: str, spell, channel: str) -> str:
+    """Tells admins that a capability's endpoint became failing, or answers again after a failing spell
+    they were told about. Raises on a failure so that the task retries."""
+    capability = Capability.objects.filter(pk=capability_id).first()
+    if capability is None:
+        return "gone"
+    if kind == Notification.Kind.ENDPOINT_FAILING and capability.endpoint_failing_since != spell:
+        return "over"  # it answered before this was sent: the spell is over, nobody needs to hear of it
+    if channel == Notification.Channel.PUSH or (channel == Notification.Channel.SLACK and not slack.configured()):
+        return "off"  # Web Push is for reviewers' new holds; no row for a channel that is not set up
+    notify = capability.notify if isinstance(capability.notify, dict) else {}
+    label = f"capability {capability.name} {kind} {channel}"
+    row = _claim_row(label, capability=capability, spell=spell, kind=kind, channel=channel)
+    if row is None:
+        return "already-sent"
+    line = endpoint_line(capability, kind)
+    url = settings.RQ_PUBLIC_URL + reverse("ops")
+    try:
+        if channel == Notification.Channel.EMAIL:
+            recipients = admin_emails()
+            if not recipients:
+                return _done(row, "skipped: no active admin has an address")
+            body = render_to_string(
+                "holds/email/endpoint.txt",
+                {
+                    "failing": kind == Notification.Kind.ENDPOINT_FAILING,
+                    "capability": capability.name,
+                    "failures": capability.endpoint_failures,
+                    "since": spell,
+                    "url": url,
+                },
+            )
+            messages = [
+                mail.EmailMessage(subject=line, body=body, from_email=settings.RQ_NOTIFY_FROM, to=[to])
+                for to in recipients
+            ]
+            mail.mailers.default.send_messages(messages)
+            result = f"sent to {len(recipients)}"
+        elif channel == Notification.Channel.WEBHOOK:
+            if not notify.get("webhook"):
+                return _done(row, "skipped: no webhook")
+            result = _post_webhook(notify["webhook"], {"text": f"{slack_escape(line)} <{url}|Ops>"})
+        else:
+            if not notify.get("slack"):
+                return _done(row, "skipped: the capability names no Slack channel")
+            text = f"{slack_escape(line)} <{url}|Ops>"
+            slack.client().chat_postMessage(channel=notify["slack"], text=text, unfurl_links=False)
+            result = "posted"
+    except Exception as exc:
+        _failed(row, exc)
+        raise
+    return _done(row, "", result)

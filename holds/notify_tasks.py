@@ -2,6 +2,7 @@
 rollup.py. holds/tasks.py imports this module so that workers register them."""
 
 import logging
+from datetime import datetime
 
 from celery import shared_task
 from django.conf import settings
@@ -15,29 +16,69 @@ log = logging.getLogger(__name__)
 
 @shared_task(bind=True, acks_late=True, ignore_result=True, max_retries=None)
 def notify(self, hold_id: int, kind: str, channels: list[str] | None = None) -> dict:
-    """One hold's notification on every channel (one broker message per ask). A channel that fails
-    is retried with backoff, alone: the others are not sent again. Each failure is logged, and a
-    channel is given up at the limit."""
+    """One hold's notification on every channel (one broker message per ask)."""
+    return _each_channel(
+        self,
+        channels or notifications.CHANNELS,
+        lambda channel: notifications.deliver(hold_id=hold_id, kind=kind, channel=channel),
+        kind=kind,
+        context={"hold_id": hold_id},
+        retry_args=(hold_id, kind),
+    )
+
+
+def _each_channel(task, channels, send, *, kind: str, context: dict, retry_args: tuple) -> dict:
+    """Sends on every channel. A channel that fails is retried with backoff, alone: the others are not
+    sent again. Each failure is logged, and a channel is given up at the limit."""
     results, failed = {}, {}
-    for channel in channels or notifications.CHANNELS:
+    for channel in channels:
         try:
-            results[channel] = notifications.deliver(hold_id=hold_id, kind=kind, channel=channel)
+            results[channel] = send(channel)
         except Exception as exc:
             failed[channel] = exc
     if not failed:
         return results
-    tries = self.request.retries + 1
+    tries = task.request.retries + 1
     for channel, exc in failed.items():
-        context = {"hold_id": hold_id, "notification": f"{kind}/{channel}", "attempt": tries}
+        extra = {**context, "notification": f"{kind}/{channel}", "attempt": tries}
         if tries > settings.RQ_NOTIFY_RETRIES:
-            log.error("gave up the %s %s notification after %d tries: %s", kind, channel, tries, exc, extra=context)
+            log.error("gave up the %s %s notification after %d tries: %s", kind, channel, tries, exc, extra=extra)
             results[channel] = "failed"
         else:
-            log.warning("the %s %s notification failed (try %d): %s", kind, channel, tries, exc, extra=context)
+            log.warning("the %s %s notification failed (try %d): %s", kind, channel, tries, exc, extra=extra)
     if tries > settings.RQ_NOTIFY_RETRIES:
         return results
     countdown = min(settings.RQ_NOTIFY_BACKOFF * 2 ** (tries - 1), 3600)
-    raise self.retry(args=(hold_id, kind, list(failed)), countdown=countdown) from None
+    raise task.retry(args=(*retry_args, list(failed)), countdown=countdown) from None
+
+
+ENDPOINT_CHANNELS = (Notification.Channel.EMAIL, Notification.Channel.WEBHOOK, Notification.Channel.SLACK)
+
+
+@shared_task(bind=True, acks_late=True, ignore_result=True, max_retries=None)
+def notify_endpoint(self, capability_id: int, kind: str, spell: str, channels: list[str] | None = None) -> dict:
+    """Admins hear that a capability's endpoint is failing or answers again; retried per channel like
+    notify, on the same Notification rows (one per failing spell, kind and channel)."""
+    when = datetime.fromisoformat(spell)
+    return _each_channel(
+        self,
+        channels or ENDPOINT_CHANNELS,
+        lambda channel: notifications.deliver_endpoint(
+            capability_id=capability_id, kind=kind, spell=when, channel=channel
+        ),
+        kind=f"endpoint {kind}",
+        context={"capability_id": capability_id},
+        retry_args=(capability_id, kind, spell),
+    )
+
+
+def endpoint_changed(capability_id: int, kind: str, spell: datetime) -> None:
+    """A capability's endpoint became failing, or answers again (after the commit, through
+    services.ports); never raises into the caller."""
+    try:
+        notify_endpoint.delay(capability_id, kind, spell.isoformat())
+    except Exception:
+        log.warning("could not enqueue the endpoint %s notification", kind, extra={"capability_id": capability_id})
 
 
 def enqueue(hold_id: int, kind: str) -> None:

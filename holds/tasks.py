@@ -89,4 +89,4 @@ def sweep_expired(helper: bool = False) -> int:
     return total
 
 
-ports.register(publish=publish, hold_asked=notify_tasks.hold_asked)
+ports.register(publish=publish, hold_asked=notify_tasks.hold_asked, endpoint_changed=notify_tasks.endpoint_changed)

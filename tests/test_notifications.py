@@ -4,14 +4,16 @@ the intent, capability and a link, never item data; one reminder; retried and lo
 import datetime as dt
 import logging
 import re
+import threading
 
 import pytest
 from django.core import mail
+from django.db import connection
 from django.utils import timezone
 
-from holds import notifications, notify_tasks, services
+from holds import delivery, notifications, notify_tasks, services
 from holds.auth import actor_for_invocation, actor_for_user
-from holds.models import AuditEvent, Hold, Invocation, Notification
+from holds.models import AuditEvent, Capability, Hold, Invocation, Notification
 from holds.services import ports
 from tests import factories
 from tests.agent_double import AgentDouble
@@ -404,3 +406,106 @@ def test_it_leaves_out_who_started_a_run_two_levels_up_without_self_approval(peo
     hold = services.hold_ask(invocation=factories.deliver_now(child)[0], body=factories.ask_body())
     notifications.deliver(hold_id=hold.pk, kind="asked", channel="email")
     assert [m.to for m in mail.outbox] == [["alice@example.com"]]
+
+
+# --- a capability's failing endpoint, for admins ----------------------------------------------------
+
+
+@pytest.fixture
+def run_endpoint_tasks(monkeypatch):
+    """The endpoint alert's task, run here when delivery's commit enqueues it (as a worker would)."""
+    enqueued = []
+
+    def delay(*args):
+        enqueued.append(args)
+        notify_tasks.notify_endpoint.apply(args=args)
+
+    monkeypatch.setattr(notify_tasks.notify_endpoint, "delay", delay)
+    return enqueued
+
+
+def failing_delivery(agent, acap, settings):
+    settings.RQ_ENDPOINT_FAILING_AFTER = 3
+    settings.RQ_RETRY_SCHEDULE = [0] * 10  # room for failures past the threshold
+    agent.default = (502, b"down")
+    return Invocation.objects.get(run=factories.start_run(acap))
+
+
+def attempt(invocation, callbacks_capture):
+    Invocation.objects.filter(pk=invocation.pk).update(next_attempt_at=timezone.now())
+    with callbacks_capture(execute=True):
+        return delivery.deliver(invocation.pk)
+
+
+def test_a_failing_endpoint_emails_every_admin_once_and_once_more_when_it_answers(
+    people, agent, acap, settings, run_endpoint_tasks, django_capture_on_commit_callbacks
+):
+    root = factories.person("root", role="member")
+    root.is_superuser, root.email = True, "root@example.com"
+    root.save()
+    gone = factories.person("gone", role="admin")
+    gone.is_active, gone.email = False, "gone@example.com"
+    gone.save()
+    invocation = failing_delivery(agent, acap, settings)
+    for _ in range(2):
+        assert attempt(invocation, django_capture_on_commit_callbacks) == "retry"
+    assert mail.outbox == []
+    assert attempt(invocation, django_capture_on_commit_callbacks) == "retry"
+    # Admins (a membership or a superuser) who are active; not members, viewers or the deactivated.
+    assert sorted(m.to[0] for m in mail.outbox) == ["alice@example.com", "root@example.com"]
+    assert {m.subject for m in mail.outbox} == {"Endpoint failing: pay_invoices"}
+    assert "3 deliveries in a row" in mail.outbox[0].body
+    for _ in range(3):
+        attempt(invocation, django_capture_on_commit_callbacks)
+    assert len(mail.outbox) == 2  # still failing: nothing more
+    agent.default = (200, {"status": "completed", "output": {}})
+    assert attempt(invocation, django_capture_on_commit_callbacks) == "answered"
+    assert [m.subject for m in mail.outbox[2:]] == ["Endpoint answering again: pay_invoices"] * 2
+    rows = Notification.objects.filter(capability=acap, channel="email").values_list("kind", "sent_at")
+    assert sorted(kind for kind, sent_at in rows if sent_at) == ["answering", "failing"]
+
+
+def test_an_endpoint_that_answers_before_anyone_was_told_sends_nothing(
+    people, agent, acap, settings, run_endpoint_tasks, django_capture_on_commit_callbacks
+):
+    invocation = failing_delivery(agent, acap, settings)
+    attempt(invocation, django_capture_on_commit_callbacks)
+    agent.default = (200, {"status": "completed", "output": {}})
+    assert attempt(invocation, django_capture_on_commit_callbacks) == "answered"
+    assert mail.outbox == [] and run_endpoint_tasks == []
+
+
+@pytest.mark.django_db(transaction=True)
+def test_two_workers_sending_the_same_alert_send_one_mail(people, acap, settings):
+    since = timezone.now() - dt.timedelta(minutes=1)
+    Capability.objects.filter(pk=acap.pk).update(endpoint_failures=3, endpoint_failing_since=since)
+    barrier = threading.Barrier(2)
+    results = []
+
+    def worker():
+        barrier.wait()
+        try:
+            results.append(
+                notifications.deliver_endpoint(capability_id=acap.pk, kind="failing", spell=since, channel="email")
+            )
+        except notifications.Busy:
+            results.append("busy")
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=worker) for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert len(mail.outbox) == 1 and mail.outbox[0].to == ["alice@example.com"]
+    assert sorted(results)[0] in ("already-sent", "busy") and "sent to 1" in results
+
+
+def test_the_alert_posts_to_the_capabilitys_webhook(people, acap, settings, webhook):
+    since = timezone.now()
+    Capability.objects.filter(pk=acap.pk).update(
+        endpoint_failures=3, endpoint_failing_since=since, notify={"webhook": webhook.url}
+    )
+    notify_tasks.notify_endpoint.apply(args=(acap.pk, "failing", since.isoformat()))
+    assert len(webhook.requests) == 1 and "Endpoint failing: pay_invoices" in webhook.requests[0]["body"]["text"]

@@ -354,6 +354,8 @@ ROWS = {
     ),
     ("manifest", "GET"): (lambda w, a: "/manifest.webmanifest", None, EVERYONE),
     ("service-worker", "GET"): (lambda w, a: "/sw.js", None, EVERYONE),
+    # Receipts' public keys: a third party verifies a receipt with nothing but these (SPEC, Decision receipts).
+    ("jwks", "GET"): (lambda w, a: "/.well-known/jwks.json", None, EVERYONE),
     ("push-subscriptions", "GET"): (lambda w, a: "/push/subscriptions", None, PEOPLE),
     ("push-subscriptions", "POST"): (lambda w, a: "/push/subscriptions", {"endpoint": "https://p.example/x"}, PEOPLE),
     ("team-account-add", "POST"): (lambda w, a: "/team/accounts", {"name": "bot2", "role": "member"}, ADMIN),

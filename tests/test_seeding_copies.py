@@ -63,6 +63,8 @@ def rows_of(run_id: int) -> str:
             values[field.attname] = value
         described.append(values)
     text = json.dumps(described, sort_keys=True, default=str)
+    # A resume's receipt signs its own ids and times (tests/test_receipts.py checks what it says).
+    text = re.sub(r'(\\?"receipt\\?": \\?")[A-Za-z0-9_.-]+', r"\1a receipt", text)
     text = re.sub(rf"\br_{run.pk}\b", "r_RUN", text)
     for n, hold in enumerate(holds):
         text = re.sub(rf"\bh_{hold.pk}\b", f"h_HOLD{n}", text)

@@ -16,7 +16,7 @@ from django.utils import timezone
 
 from ..auth import SYSTEM, Actor
 from ..errors import Conflict, NotFound
-from ..models import AuditKind, Capability, Hold, Invocation, Run
+from ..models import AuditKind, Capability, Hold, Invocation, Notification, Run
 from ..policy import may_administer, require
 from ..schemas import schema_errors
 from ..words import DeliveryResult, OutcomeKind
@@ -181,14 +181,35 @@ def _note_stall(run: Run, invocation: Invocation, outcome: Outcome) -> None:
 
 def _count_failure(capability: Capability, outcome: Outcome) -> None:
     """Failed attempts in a row (no HTTP answer, or a 5xx) for ops' "failing" label; an answer below
-    500 clears them. Counted per capability, since its endpoint is what is down."""
+    500 clears them. Counted per capability, since its endpoint is what is down. Admins are told once
+    when a spell becomes failing and once when it ends (notifications.deliver_endpoint; its rows are
+    the claim, so concurrent attempts send one message)."""
+    failing_kind, answering_kind = Notification.Kind.ENDPOINT_FAILING, Notification.Kind.ENDPOINT_ANSWERING
     if outcome.status_code is None or outcome.status_code >= 500:
-        Capability.objects.filter(pk=capability.pk).update(
-            endpoint_failures=F("endpoint_failures") + 1,
-            endpoint_failing_since=Coalesce(F("endpoint_failing_since"), timezone.now()),
+        [(failures, since, disabled_at)] = gateway.fetch(
+            sql.COUNT_ENDPOINT_FAILURE, {"id": capability.pk, "now": timezone.now()}
         )
+        counted = Capability(endpoint_failures=failures, endpoint_failing_since=since, endpoint_disabled_at=disabled_at)
+        if counted.endpoint_failing(timezone.now()) and not _told(capability, since, failing_kind):
+            ports.endpoint_changed_on_commit(capability.pk, failing_kind, since)
     elif capability.endpoint_failures:
+        # Locked, so that of two answers at once one ends the spell and reads when it began.
+        since = (
+            Capability.objects.select_for_update()
+            .filter(pk=capability.pk, endpoint_failures__gt=0)
+            .values_list("endpoint_failing_since", flat=True)
+            .first()
+        )
+        if since is None:
+            return
         Capability.objects.filter(pk=capability.pk).update(endpoint_failures=0, endpoint_failing_since=None)
+        if _told(capability, since, failing_kind):
+            ports.endpoint_changed_on_commit(capability.pk, answering_kind, since)
+
+
+def _told(capability: Capability, since, kind: str) -> bool:
+    """Whether admins were (or are being) told of this failing spell."""
+    return Notification.objects.filter(capability_id=capability.pk, spell=since, kind=kind).exists()
 
 
 def endpoint_take_probe(*, capability: Capability) -> bool:

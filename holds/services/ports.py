@@ -12,8 +12,9 @@ from django.db import transaction
 _handlers: dict[str, Callable] = {}
 
 
-def register(*, publish: Callable[[list[str]], None], hold_asked: Callable[[int], None]) -> None:
-    _handlers.update(publish=publish, hold_asked=hold_asked)
+def register(*, publish: Callable[[list[str]], None], hold_asked: Callable[[int], None], **more: Callable) -> None:
+    """publish and hold_asked are needed; endpoint_changed (admins' alert) is optional."""
+    _handlers.update(publish=publish, hold_asked=hold_asked, **more)
 
 
 def _handler(name: str) -> Callable:
@@ -35,3 +36,9 @@ def hold_asked_on_commit(hold_id: int) -> None:
     """Tells reviewers about a held hold after the commit; a failing notification fails nothing here."""
     hold_asked = _handler("hold_asked")
     transaction.on_commit(lambda: hold_asked(hold_id))
+
+
+def endpoint_changed_on_commit(capability_id: int, kind: str, spell) -> None:
+    """Tells admins, after the commit, that a capability's endpoint became failing or answers again."""
+    endpoint_changed = _handler("endpoint_changed")
+    transaction.on_commit(lambda: endpoint_changed(capability_id, kind, spell))

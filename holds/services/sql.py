@@ -484,3 +484,14 @@ def tree_usage(table: str, size: str) -> str:
         SELECT count(*), coalesce(sum({size}), 0) FROM {table} t
         WHERE t.run_id IN (SELECT id FROM tree)
             AND NOT coalesce(t.run_id = %(skip_run)s AND {{key}} = %(skip_key)s, false)"""
+
+
+# One more failed attempt of a capability's endpoint, read back in the same statement: delivery
+# decides from the counted values whether admins hear that it became failing.
+COUNT_ENDPOINT_FAILURE = """
+UPDATE holds_capability
+   SET endpoint_failures = endpoint_failures + 1,
+       endpoint_failing_since = COALESCE(endpoint_failing_since, %(now)s)
+ WHERE id = %(id)s
+RETURNING endpoint_failures, endpoint_failing_since, endpoint_disabled_at
+"""

@@ -8,7 +8,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('holds', '0025_receipt_key'),
+        ('holds', '0026_notification_of_a_failing_endpoint'),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 
