@@ -9,7 +9,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench.common import RESULTS, ROOT  # noqa: E402
 
-ORDER = ["ask", "resume", "pages", "rules", "sweep"]
+ORDER = ["ask", "resume", "pages", "rules", "quorum", "sweep"]
 NOTES = ROOT / "docs" / "benchmarks-notes.md"
 
 

@@ -32,6 +32,8 @@ KEYS = {
     "confidence_default",
     "protocol",
     "rules",
+    "quorum",
+    "escalate",
 }
 NOTIFY_KEYS = {"email", "webhook", "slack", "push"}
 DURATION = re.compile(r"^(\d+(?:\.\d+)?)(ms|s|m|h|d)?$")
@@ -188,12 +190,75 @@ def _capability(base: Path, name: str, raw) -> tuple[CapabilitySpec, list[str]]:
             errors.append("key 'notify.webhook': an http(s) URL")
         else:
             spec.values["notify"] = notify
+    if "quorum" in raw:
+        quorum, problem = check_quorum(raw["quorum"])
+        if problem:
+            errors.append(f"key 'quorum': {problem}")
+        else:
+            spec.values["quorum"] = quorum
+    if "escalate" in raw:
+        steps, problem = check_escalate(raw["escalate"])
+        if problem:
+            errors.append(f"key 'escalate': {problem}")
+        else:
+            spec.values["escalate"] = steps
     if "rules" in raw:
         rules, problems = check_rules(raw["rules"])
         errors += [f"key 'rules': {problem}" for problem in problems]
         if not problems:
             spec.values["rules"] = [rule.as_json() for rule in rules]
     return spec, errors
+
+
+def check_quorum(raw) -> tuple[dict | None, str | None]:
+    """`{approvals: N, from: [roles]}` -> the stored form, or a problem. Whether N people may decide is
+    asked when the capability is written (services/team.py), where the people are known."""
+    if (
+        isinstance(raw, dict)
+        and set(raw) == {"approvals", "from"}
+        and isinstance(raw["approvals"], int)
+        and not isinstance(raw["approvals"], bool)
+        and 1 <= raw["approvals"] <= 10
+        and isinstance(raw["from"], list)
+        and raw["from"]
+        and all(role in (Role.ADMIN, Role.MEMBER) for role in raw["from"])
+    ):
+        return {"approvals": raw["approvals"], "from": list(dict.fromkeys(raw["from"]))}, None
+    return None, "a mapping {approvals: N, from: [roles]} with N from 1 to 10 and roles from [admin, member]"
+
+
+ESCALATE_SHAPE = (
+    "a list of steps {after: 2h, notify: [roles or usernames]}, `after` growing from step to step; "
+    "the last step may be {after: 8h, expire: true}"
+)
+
+
+def check_escalate(raw) -> tuple[list | None, str | None]:
+    """`escalate:` -> [{"after": seconds, "notify": [...]} | {"after": seconds, "expire": true}], or a problem."""
+    if not isinstance(raw, list) or not raw or len(raw) > 10:
+        return None, ESCALATE_SHAPE
+    steps = []
+    for n, step in enumerate(raw):
+        if not isinstance(step, dict) or "after" not in step:
+            return None, ESCALATE_SHAPE
+        try:
+            after = parse_duration(step["after"], most=MAX_REMIND_BEFORE)
+        except ValueError:
+            return None, f"step {n + 1}: 'after' is a duration like 30m, 4h or 2d (at most 30d)"
+        if steps and after <= steps[-1]["after"]:
+            return None, f"step {n + 1}: 'after' must be later than the step before"
+        if set(step) == {"after", "expire"} and step["expire"] is True and n == len(raw) - 1:
+            steps.append({"after": after, "expire": True})
+        elif (
+            set(step) == {"after", "notify"}
+            and isinstance(step["notify"], list)
+            and step["notify"]
+            and all(isinstance(who, str) and who for who in step["notify"])
+        ):
+            steps.append({"after": after, "notify": list(dict.fromkeys(step["notify"]))})
+        else:
+            return None, f"step {n + 1}: {ESCALATE_SHAPE}"
+    return steps, None
 
 
 def _schema(base: Path, ref) -> dict:

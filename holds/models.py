@@ -130,6 +130,10 @@ class Capability(models.Model):
     # both cleared by the next answer below 500. endpoint_failing() turns them into ops' label.
     endpoint_failures = models.PositiveIntegerField(default=0)
     endpoint_failing_since = models.DateTimeField(null=True, blank=True)
+    # agentos.yaml's quorum: {"approvals": N, "from": [roles]}; NULL: one decision decides (SPEC "Quorum").
+    quorum = models.JSONField(null=True, blank=True)
+    # agentos.yaml's escalate: [{"after": seconds, "notify": [roles or usernames]} | {"after", "expire": true}].
+    escalate = models.JSONField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 
@@ -155,6 +159,13 @@ class Membership(models.Model):
 
     user = models.OneToOneField(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="membership")
     role = models.CharField(max_length=10, choices=Role.choices, default=Role.MEMBER)
+    # Out of office (issue 34 delegation): between these times notifications and escalations meant for
+    # this person go to `delegate`, who already may decide every capability this person may (never a role).
+    away_from = models.DateTimeField(null=True, blank=True)
+    away_until = models.DateTimeField(null=True, blank=True)
+    delegate = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+", db_index=False
+    )
 
     def __str__(self) -> str:
         return f"{self.user} ({self.role})"
@@ -391,6 +402,9 @@ class Hold(models.Model):
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+", db_index=False
     )
     claimed_until = models.DateTimeField(null=True, blank=True)
+    # A rule's `then: {quorum: N, from: [roles]}` that matched an item at the ask; NULL: the capability's
+    # quorum (if any) applies. services/quorum.py reads the stricter of the two.
+    quorum = models.JSONField(null=True, blank=True)
 
     class Meta:
         constraints = [
@@ -886,6 +900,54 @@ class Grant(models.Model):
     @property
     def from_hold_public_id(self) -> str | None:
         return public_id(HOLD, self.from_hold_id) if self.from_hold_id else None
+
+
+class HoldApproval(models.Model):
+    """One person's (or service account's) approval of a hold that needs a quorum (services/quorum.py).
+    The unique constraints are what makes "nobody counts twice" hold under concurrent requests; `data_hash`
+    is the SHA-256 of the approved decision (canonical JSON), so that only approvals of the same data count."""
+
+    hold = models.ForeignKey(Hold, on_delete=models.CASCADE, related_name="approvals")
+    label = models.CharField(max_length=200)
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+", db_index=False
+    )
+    account = models.ForeignKey(
+        ServiceAccount, null=True, blank=True, on_delete=models.SET_NULL, related_name="+", db_index=False
+    )
+    decision = models.JSONField()
+    data_hash = models.CharField(max_length=64)
+    at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["hold", "user"], condition=Q(user__isnull=False), name="approval_once_user"
+            ),
+            models.UniqueConstraint(
+                fields=["hold", "account"], condition=Q(account__isnull=False), name="approval_once_account"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.label} approved hold {self.hold_id}"
+
+
+class HoldEscalation(models.Model):
+    """One escalation step taken for one hold (services/escalation.py). The unique (hold, step) row is
+    the claim: two beats, or two workers, take a step once."""
+
+    hold = models.ForeignKey(Hold, on_delete=models.CASCADE, related_name="escalations")
+    step = models.PositiveSmallIntegerField()  # 1-based, as agentos.yaml lists them
+    # The people told ("ann", or "bob acting for ann" when ann is away), or ["expire"].
+    notified = models.JSONField(default=list)
+    at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["hold", "step"], name="one_escalation_per_hold_step")]
+
+    def __str__(self) -> str:
+        return f"hold {self.hold_id} step {self.step}"
 
 
 class ReceiptKey(models.Model):

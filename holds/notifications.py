@@ -30,7 +30,7 @@ from . import push, slack
 from .config import REMIND_BEFORE, REMIND_MIN_LIFE
 from .messages import hold_url, one_line, slack_escape
 from .models import Capability, Hold, Notification, Role
-from .policy import deciders_of
+from .policy import acting_for, deciders_of
 
 log = logging.getLogger(__name__)
 
@@ -90,8 +90,49 @@ def due(*, now=None) -> list[tuple[str, list[int]]]:
 
 def approver_emails(hold: Hold) -> list[str]:
     """The addresses of the people who may decide this hold (policy.deciders_of): whoever started its
-    run, or any run above it, is left out when `self_approval: false`."""
-    return sorted(set(deciders_of(hold).exclude(email="").values_list("email", flat=True)))
+    run, or any run above it, is left out when `self_approval: false`. Someone out of office is replaced
+    by their delegate (policy.acting_for)."""
+    people = deciders_of(hold).select_related("membership__delegate")
+    told = acting_for(list(people), timezone.now())
+    return sorted({person.email for person, _ in told if person.email})
+
+
+def escalation_messages(hold: Hold, step: int, recipients: list) -> list[mail.EmailMessage]:
+    """One message per person an escalation step tells (with "acting for" when they stand in)."""
+    waited = timedelta(seconds=hold.capability.escalate[step - 1]["after"])
+    messages = []
+    for person, for_whom in recipients:
+        if not person.email:
+            continue
+        body = render_to_string(
+            "holds/email/hold.txt",
+            {
+                "escalation": step,
+                "waited": _duration_words(waited),
+                "acting_for": for_whom.username if for_whom else "",
+                "intent": one_line(hold.intent, 500),
+                "capability": hold.capability.name,
+                "hold_id": hold.public_id,
+                "item_count": hold.item_count,
+                "expires_at": hold.expires_at,
+                "url": hold_url(hold),
+            },
+        )
+        lead = f"Escalated{f' (acting for {for_whom.username})' if for_whom else ''}"
+        subject = f"{lead}: {one_line(hold.intent, 120)}"
+        messages.append(
+            mail.EmailMessage(subject=subject, body=body, from_email=settings.RQ_NOTIFY_FROM, to=[person.email])
+        )
+    return messages
+
+
+def _duration_words(delta: timedelta) -> str:
+    seconds = int(delta.total_seconds())
+    for unit, size in (("day", 86400), ("hour", 3600), ("minute", 60)):
+        if seconds >= size and seconds % size == 0:
+            count = seconds // size
+            return f"{count} {unit}{'s' if count != 1 else ''}"
+    return f"{seconds} seconds"
 
 
 def left_words(hold: Hold) -> str:

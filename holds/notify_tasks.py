@@ -6,9 +6,10 @@ from datetime import datetime
 
 from celery import shared_task
 from django.conf import settings
+from django.core import mail
 
-from . import notifications, rollup, slack
-from .models import Notification
+from . import notifications, rollup, services, slack
+from .models import Hold, Notification
 
 log = logging.getLogger(__name__)
 
@@ -120,6 +121,29 @@ def slack_decide(self, slack_user: str, channel: str, action: str, hold_ref: str
 def close_slack() -> int:
     """Beat: Slack messages of holds closed anywhere lose their buttons (chat.update)."""
     return slack.close_due()
+
+
+@shared_task(ignore_result=True)
+def escalate_due(now=None) -> int:
+    """Beat: takes each due escalation step once (services.escalation_take's unique row) and tells whom
+    it names; an `expire` step is followed by a sweep batch. Returns the steps taken."""
+    taken = 0
+    expired = False
+    for hold_id, step in services.due_steps(now):
+        took = services.escalation_take(hold_id=hold_id, step=step, now=now)
+        if took is None:
+            continue
+        taken += 1
+        expired |= took.expire
+        if took.recipients:
+            hold = Hold.objects.select_related("capability").get(pk=hold_id)
+            try:
+                mail.mailers.default.send_messages(notifications.escalation_messages(hold, step, took.recipients))
+            except Exception:
+                log.exception("the escalation of a hold could not be sent", extra={"hold_id": hold_id})
+    if expired:
+        services.holds_expire_due()
+    return taken
 
 
 @shared_task(ignore_result=True)

@@ -13,9 +13,9 @@ from django.db.models import BooleanField, Q
 from django.db.models.expressions import RawSQL
 from django.utils import timezone
 
-from .auth import Actor
+from .auth import Actor, role_of_user
 from .errors import Conflict, Forbidden, NotFound
-from .models import Capability, Hold, Role, Run, RunFile
+from .models import Capability, Hold, Role, Run, RunFile, ServiceAccount
 from .words import ActorKind
 
 # --- who decides --------------------------------------------------------------------------------
@@ -322,6 +322,106 @@ def may_revoke_grant(actor: Actor, capability: Capability) -> Forbidden | None:
     if actor.kind in (ActorKind.USER, ActorKind.ACCOUNT) and (actor.is_admin or approves(actor, capability)):
         return None
     return Forbidden("only an approver of this capability or an admin may revoke its grants")
+
+
+# --- quorum and separation of duties (issue 34) ---------------------------------------------------
+
+
+def quorum_of(hold: Hold) -> dict | None:
+    """The quorum this hold needs (capability loaded): a rule's at the ask or the capability's, the one
+    asking more approvals; None: one decision decides."""
+    found = [q for q in (hold.quorum, hold.capability.quorum) if q]
+    return max(found, key=lambda q: q["approvals"]) if found else None
+
+
+def counts_toward_quorum(actor: Actor, hold: Hold) -> bool:
+    """An approval counts when its author's role is one the quorum names and also one that approves the
+    capability. Whoever started the run or a run above it never counts, whatever self_approval says."""
+    quorum = quorum_of(hold)
+    if quorum is None or not approves(actor, hold.capability) or actor.role not in quorum["from"]:
+        return False
+    started, params = _started_by_sql(actor)
+    mine = RawSQL(started, params, output_field=BooleanField())
+    return not Hold.objects.filter(pk=hold.pk).alias(mine=mine).filter(mine=True).exists()
+
+
+def may_approve_for_quorum(actor: Actor, hold: Hold) -> Forbidden | None:
+    """The 403 of an approval that would not count (SPEC "Quorum": the starter never counts)."""
+    if counts_toward_quorum(actor, hold):
+        return None
+    quorum = quorum_of(hold)
+    if approves(actor, hold.capability) and actor.role in quorum["from"]:
+        return Forbidden("you started this run (or a run above it), so your approval cannot count toward its quorum")
+    return Forbidden(f"this hold needs approvals from {', '.join(quorum['from'])}; your role's do not count")
+
+
+def quorum_pool(capability: Capability, quorum: dict) -> int:
+    """How many active people and service accounts may give an approval that counts (roles in both the
+    quorum's `from` and the capability's approvers): a quorum larger than this could never be met."""
+    roles = [r for r in quorum["from"] if r in (capability.approvers or [])]
+    by_role = Q(is_superuser=False, membership__role__in=roles)
+    if Role.ADMIN in roles:
+        by_role |= Q(is_superuser=True)
+    people = get_user_model().objects.filter(by_role, is_active=True).count()
+    accounts = ServiceAccount.objects.filter(role__in=roles, revoked_at__isnull=True).count()
+    return people + accounts
+
+
+# --- escalation and delegation (issue 34) -----------------------------------------------------------
+
+
+def acting_for(people, now) -> list[tuple]:
+    """(person told, the away person they act for or None) for each of these users: someone out of office
+    now (Membership.away_from..away_until) with a delegate is replaced by that delegate, "acting for"
+    them. The delegate was checked to decide the same capabilities when the window was set (delegation
+    never grants a role); an inactive delegate is skipped and the person is told as usual."""
+    out, seen = [], set()
+    for person in people:
+        membership = getattr(person, "membership", None)
+        delegate = membership.delegate if membership is not None else None
+        away = (
+            delegate is not None
+            and delegate.is_active
+            and membership.away_from is not None
+            and membership.away_from <= now < (membership.away_until or now)
+        )
+        told, for_whom = (delegate, person) if away else (person, None)
+        if (told.pk, for_whom.pk if for_whom else None) not in seen:
+            seen.add((told.pk, for_whom.pk if for_whom else None))
+            out.append((told, for_whom))
+    return out
+
+
+def escalation_people(hold: Hold, names: list[str]):
+    """Whom an escalation step names: roles (admin, member: the active people with it who may decide the
+    hold) and usernames (that active person)."""
+    roles = [n for n in names if n in (Role.ADMIN, Role.MEMBER)]
+    usernames = [n for n in names if n not in roles]
+    by_role = deciders_of(hold).filter(
+        Q(membership__role__in=roles) | (Q(is_superuser=True) if Role.ADMIN in roles else Q(pk__in=[]))
+    )
+    named = get_user_model().objects.filter(username__in=usernames, is_active=True)
+    return (by_role | named).distinct().select_related("membership__delegate").order_by("username")
+
+
+def _capabilities_of(role: str | None) -> set[int]:
+    if role is None:
+        return set()
+    return {c.pk for c in Capability.objects.only("pk", "approvers") if role in (c.approvers or [])}
+
+
+def may_delegate(actor: Actor, person, delegate) -> Forbidden | None:
+    """A person sets their own out-of-office (an admin may set anyone's); the delegate must be another
+    active person who already may decide every capability the person may."""
+    if actor.kind != ActorKind.SYSTEM and not actor.is_admin and (actor.user is None or actor.user.pk != person.pk):
+        return Forbidden("a person sets their own out-of-office; admins may set anyone's")
+    if delegate is None or not delegate.is_active or delegate.pk == person.pk:
+        return Forbidden("the delegate must be another active person")
+    missing = _capabilities_of(role_of_user(person)) - _capabilities_of(role_of_user(delegate))
+    if missing:
+        names = ", ".join(sorted(Capability.objects.filter(pk__in=missing).values_list("name", flat=True)))
+        return Forbidden(f"{delegate.username} may not decide {names}; delegation never grants a role")
+    return None
 
 
 def require(refusal: Exception | None) -> None:

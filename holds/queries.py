@@ -15,7 +15,8 @@ from .auth import Actor
 from .ids import FILE, parse_public_id
 from .models import Capability, Hold, HoldItem, Invocation, RunFile
 from .paging import PAGE_SIZE, encode_cursor, read_cursor, read_page
-from .policy import decidable_holds
+from .policy import decidable_holds, quorum_of
+from .services.quorum import state as quorum_state
 
 NEW_CAP = 99  # "99+ new": the new-holds probe reads at most this many ids + 1
 
@@ -172,6 +173,12 @@ def hold_for_page(pk: int) -> Hold | None:
         .filter(pk=pk)
         .first()
     )
+
+
+def hold_quorum(hold: Hold) -> dict | None:
+    """Who approved a hold that needs a quorum and how many are still needed (None: it needs none)."""
+    quorum = quorum_of(hold)
+    return quorum_state(hold, quorum) if quorum else None
 
 
 def hold_items(hold: Hold) -> list[HoldItem]:

@@ -6,6 +6,7 @@ from .ids import HOLD, RUN, public_id
 from .models import Hold, HoldItem, Invocation, Run, RunFile
 from .paging import decode_cursor, encode_cursor, read_page
 from .policy import readable_holds
+from .queries import hold_quorum
 
 
 def iso(value):
@@ -34,6 +35,7 @@ def hold_full(hold: Hold) -> dict:
         "decided_by": hold.decided_by or None,
         "decided_at": iso(hold.decided_at),
         "resume": resume,
+        **({"quorum": quorum} if (quorum := hold_quorum(hold)) else {}),
     }
 
 

@@ -182,12 +182,17 @@ def decide(*, slack_user: str, channel: str, action: str, hold_ref: str) -> str:
     verb = "approve" if action == APPROVE else "reject"
     body = {"items": [{"id": item, "action": verb} for item in items]}
     try:
-        services.hold_decide(hold_id=hold.pk, actor=actor_for_user(person), body=body)
+        decided = services.hold_decide(hold_id=hold.pk, actor=actor_for_user(person), body=body)
     except ServiceError as refusal:
         reason = refusal.code
         services.slack_refused(slack_user=slack_user, reason=str(reason), hold_id=hold.pk, person=person.username)
         _tell(channel, slack_user, f"Not decided: {_refusal_text(refusal)} {hold_url(hold)}")
         return "refused"
+    if decided.status == decided.Status.PENDING:
+        # An approval toward a quorum that does not complete it: the message stays open for the others.
+        remaining = decided.quorum_state["remaining"]
+        _tell(channel, slack_user, f"Approval recorded; {remaining} more needed. {hold_url(hold)}")
+        return "approved"
     message = SlackMessage.objects.filter(hold_id=hold.pk, closed_at__isnull=True).first()
     if message is not None:
         try:

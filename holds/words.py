@@ -23,6 +23,8 @@ class AuditKind(models.TextChoices):
 
     HOLD_ASKED = "hold.asked", "hold asked"
     HOLD_DECIDED = "hold.decided", "hold decided"
+    HOLD_APPROVED = "hold.approved", "hold approved (quorum not yet met)"
+    HOLD_ESCALATED = "hold.escalated", "hold escalated"
     HOLD_EXPIRED = "hold.expired", "hold expired"
     HOLD_EXTENDED = "hold.extended", "hold extended"
     HOLD_CLAIMED = "hold.claimed", "hold claimed"

@@ -246,6 +246,7 @@ CELERY_BEAT_SCHEDULE = {
         "task": "holds.notify_tasks.remind_due",
         "schedule": float(RQ_REMIND_INTERVAL),
     },
+    "escalate-pending-holds": {"task": "holds.notify_tasks.escalate_due", "schedule": float(RQ_REMIND_INTERVAL)},
     "seal-ops-hours": {"task": "holds.notify_tasks.ops_rollup", "schedule": float(RQ_ROLLUP_INTERVAL)},
     "fold-pending-counts": {"task": "holds.notify_tasks.fold_pending", "schedule": 10.0},
     "close-slack-messages": {"task": "holds.notify_tasks.close_slack", "schedule": float(RQ_SLACK_CLOSE_INTERVAL)},

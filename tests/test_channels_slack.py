@@ -347,3 +347,20 @@ def test_agentos_yaml_names_a_slack_channel_by_id(tmp_path):
         with pytest.raises(ConfigError) as refused:
             load(bad)
         assert says in str(refused.value.problems), bad
+
+
+def test_a_quorum_hold_counts_a_slack_approval_and_stays_open_for_the_next(client, people, standin, enqueued):
+    hold = posted_hold()
+    factories.capability(
+        notify={"slack": CHANNEL}, approvers=["admin", "member"], quorum={"approvals": 2, "from": ["admin", "member"]}
+    )
+    press(client, hold, "UMONA")
+    assert run_tasks(enqueued) == ["approved"]
+    hold.refresh_from_db()
+    assert hold.status == Hold.Status.PENDING
+    assert SlackMessage.objects.get(hold=hold).closed_at is None
+    press(client, hold, "UALICE")
+    assert run_tasks(enqueued) == ["decided"]
+    hold.refresh_from_db()
+    assert hold.decided_by == "mona, alice"
+    assert Invocation.objects.filter(hold_id=hold.pk, kind=Invocation.Kind.RESUME).count() == 1

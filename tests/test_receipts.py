@@ -114,6 +114,20 @@ def test_a_person_is_named_as_a_person(api, cap, client, member):
     assert [i["asked_sha256"] == i["decided_sha256"] for i in claims["items"]] == [True, True]
 
 
+def test_a_quorum_decision_names_every_approver(client):
+    """Two people approve a hold that needs two: the one resume's receipt names both, each as a person."""
+    ann, bob = factories.person("ann", role="member"), factories.person("bob", role="member")
+    _, hold = factories.held_hold(factories.capability("pay_big", quorum={"approvals": 2, "from": ["member"]}))
+    body = {"items": [{"id": "INV-1", "action": "approve"}, {"id": "INV-2", "action": "approve"}]}
+    for person, status in ((ann, 202), (bob, 200)):
+        client.force_login(person)
+        response = client.post(f"/v0/holds/{hold.public_id}/decision", body, content_type="application/json")
+        assert response.status_code == status, response.content
+    (resume,) = Invocation.objects.filter(hold=hold, kind="resume")
+    claims = third_party_verify(resume.resume["receipt"], public_jwks(client))
+    assert claims["decided_by"] == [{"type": "person", "name": "ann"}, {"type": "person", "name": "bob"}]
+
+
 def test_an_expired_hold_has_a_receipt_that_says_expired(cap, client):
     run, hold = factories.held_hold(cap)
     Hold.objects.filter(pk=hold.pk).update(expires_at=timezone.now())

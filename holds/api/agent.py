@@ -107,6 +107,9 @@ def hold_decision(request, hold_id: str):
     body = read_json(request, MAX_DECISION_BYTES)
     hold = get_hold(actor, hold_id)
     hold = services.hold_decide(hold_id=hold.pk, actor=actor, body=body)
+    if hold.status == hold.Status.PENDING:
+        # An approval toward a quorum that does not complete it (SPEC "Quorum": 202 with the approvals).
+        return JsonResponse({"hold_id": hold.public_id, "status": hold.status, **hold.quorum_state}, status=202)
     return JsonResponse(
         {
             "hold_id": hold.public_id,

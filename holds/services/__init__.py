@@ -43,6 +43,7 @@ from .delivery import (
     invocations_relay,
     invocations_relay_release,
 )
+from .escalation import Taken, due_steps, escalation_take
 from .evals import (
     dataset_create,
     dataset_item_add,
@@ -72,6 +73,7 @@ from .team import (
     capability_set_approvers,
     person_add,
     person_set_active,
+    person_set_away,
     person_set_role,
     person_set_slack,
     service_account_create,
@@ -101,6 +103,9 @@ __all__ = [
     "DEFAULTS",
     "Claim",
     "Expired",
+    "Taken",
+    "due_steps",
+    "escalation_take",
     "Outcome",
     "audit",
     "capabilities_sync",
@@ -139,6 +144,7 @@ __all__ = [
     "invocations_relay_release",
     "person_add",
     "person_set_active",
+    "person_set_away",
     "person_set_role",
     "recordable_run_problem",
     "run_fail",

@@ -2,17 +2,19 @@
 
 import json
 
+from django.db import transaction
 from django.utils import timezone
 
 from ..auth import Actor, run_token_hash
 from ..errors import Invalid, NotFound
 from ..ids import HOLD, public_id
 from ..models import Action, AuditEvent, AuditKind, Hold, HoldItem, Invocation
-from ..policy import decide_refusal, hold_refusal
+from ..policy import decide_refusal, hold_refusal, may_approve_for_quorum, quorum_of, require
 from ..schemas import Asked, blank_to_none, validate_decision
 from ..words import ActorKind
 from . import gateway, ports, receipts, sql
 from .gateway import insert_values, one_round_trip
+from .quorum import approve, is_approval, state
 
 
 def _hold_to_decide(hold_id: int) -> tuple[Hold | None, list[HoldItem]]:
@@ -45,6 +47,10 @@ def hold_decide(
     now() against expires_at, in the transaction that writes the per-item decisions and the
     resume invocation. A second, replayed or concurrent decision updates 0 rows and gets 409.
     `by_confidence`: approved item ids that the page's approve-by-confidence set, kept in the audit event.
+
+    A hold that needs a quorum (policy.quorum_of) takes an approval instead (services/quorum.py) and stays
+    pending, with `hold.quorum_state` set, until the Nth approval of the same data decides it; a reject or
+    feedback decides it at once. Every path (API, page, approve-all, by confidence, e-mail) comes here.
     """
     hold, items = _hold_to_decide(hold_id)
     if hold is None:
@@ -55,6 +61,21 @@ def hold_decide(
     decision, errors = validate_decision(body, asked=asked_items(hold, items))
     if errors:
         raise Invalid(errors)
+    quorum = quorum_of(hold)
+    if quorum is not None and is_approval(decision):
+        require(may_approve_for_quorum(actor, hold))
+        with transaction.atomic():
+            approvals = approve(hold, actor, decision)
+            if len(approvals) < quorum["approvals"]:
+                hold.quorum_state = state(hold, quorum)
+                return hold
+            # The Nth approval of the same data: decided here, under the same row lock.
+            return _decide(hold, items, decision, actor, by_confidence, approvals=approvals)
+    return _decide(hold, items, decision, actor, by_confidence)
+
+
+def _decide(hold, items, decision, actor: Actor, by_confidence, approvals=()) -> Hold:
+    """Writes the decision (a person's, or a quorum's whose last approval is `actor`'s) and its resume."""
     comment = blank_to_none(decision.comment)
     by_id = {d.id: d for d in decision.items}
     resume_items = []
@@ -83,6 +104,8 @@ def hold_decide(
         hold_id_ref=hold.pk,
         data={"actions": {i["id"]: i["action"] for i in resume_items}, "comment": comment},
     )
+    if approvals:
+        event.data["approvals"] = [a.label for a in approvals]
     if by_confidence:
         # Items that the page's approve-by-confidence set: calibration leaves them out.
         approved = {i["id"] for i in resume_items if i["action"] == Action.APPROVE}
@@ -90,12 +113,13 @@ def hold_decide(
     stamp = {
         "status": Hold.Status.DECIDED.value,
         "decided_at": timezone.now(),
-        "decided_by": actor.label,
+        # A quorum's decision names everyone whose approval counted (the column holds 200 characters).
+        "decided_by": ", ".join(a.label for a in approvals)[:200] if approvals else actor.label,
         "decided_by_user_id": actor.user.pk if actor.kind == ActorKind.USER else None,
         "decided_by_account_id": actor.account.pk if actor.kind == ActorKind.ACCOUNT else None,
         "comment": comment,
     }
-    resume_invocation = write_decision(hold, items, stamp, resume, event)
+    resume_invocation = write_decision(hold, items, stamp, resume, event, approvals)
     if resume_invocation is None:
         # Another decider or the sweep got there first, or the clock passed expires_at.
         fresh = Hold.objects.get(pk=hold.pk)
@@ -111,14 +135,15 @@ def hold_decide(
 
 
 def write_decision(
-    hold: Hold, items: list[HoldItem], stamp: dict, resume: dict, event: AuditEvent
+    hold: Hold, items: list[HoldItem], stamp: dict, resume: dict, event: AuditEvent, approvals=()
 ) -> Invocation | None:
     """Takes the hold for this decision and writes everything it decides, in one transaction of one
     round trip (sql.TAKE_HOLD, then sql.write_decision): the hold's `stamp`, the per-item decisions, the
     -1 pending count, the resume invocation (returned; its receipt signed here, so people's and rules'
-    decisions both carry one) and the audit event. None: the hold was not pending any more, or its
-    expires_at had passed by the database's clock, and nothing was written."""
-    resume["receipt"] = receipts.for_decision(hold, items, stamp, resume)
+    decisions both carry one; a quorum's `approvals` are each named in it) and the audit event. None: the
+    hold was not pending any more, or its expires_at had passed by the database's clock, and nothing was
+    written."""
+    resume["receipt"] = receipts.for_decision(hold, items, stamp, resume, approvals)
     # seq, status and next_attempt_at are placeholders here: the statement sets them from the asker.
     invocation = Invocation(
         run_id=hold.run_id, kind=Invocation.Kind.RESUME, seq=0, status="", hold_id=hold.pk, resume=resume

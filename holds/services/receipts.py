@@ -82,11 +82,16 @@ def sign(
     return jws.serialize_compact(header, canonical_json(claims).encode(), key, algorithms=[ALG])
 
 
-def for_decision(hold, items, stamp: dict, resume: dict) -> str:
+def for_decision(hold, items, stamp: dict, resume: dict, approvals=()) -> str:
     """The receipt of a decision about to be written (decisions.write_decision): by a person or service
-    account (the stamp's), and by each rule or grant that decided an item (the item's `decided_by`)."""
+    account (the stamp's), or by every approver of a quorum (`approvals`, HoldApproval rows, each named on
+    its own), and by each rule or grant that decided an item (the item's `decided_by`)."""
     deciders = []
-    if stamp.get("decided_by_user_id") is not None:
+    if approvals:
+        deciders.extend(
+            {"type": "person" if a.user_id is not None else "service_account", "name": a.label} for a in approvals
+        )
+    elif stamp.get("decided_by_user_id") is not None:
         deciders.append({"type": "person", "name": stamp["decided_by"]})
     elif stamp.get("decided_by_account_id") is not None:
         deciders.append({"type": "service_account", "name": stamp["decided_by"]})

@@ -231,7 +231,10 @@ def _first_match(compiled: Compiled, context: dict, offers_approve: bool, now) -
             return Action.APPROVE, {"type": "rule", "id": rule.id, "version": compiled.rules_version}, None
         if rule.then == Action.REJECT:
             return Action.REJECT, {"type": "rule", "id": rule.id, "version": compiled.rules_version}, rule.comment
-        # ask, a quorum (not built yet: it asks), or approve on an item that does not offer approve.
+        if rule.then == "quorum":
+            # Left to people, who must reach this quorum (decide_at_ask stores it on the hold).
+            return "quorum", {**rule.quorum, "rule": rule.id, "version": compiled.rules_version}, None
+        # ask, or approve on an item that does not offer approve.
         return "", None, None
     if offers_approve:
         # A grant past its end in this process's copy is skipped here; the UPDATE that takes its use
@@ -268,6 +271,10 @@ def decide_at_ask(hold: Hold, items: list[dict], *, versions: tuple[int, int], c
             flags=compiled.flags,
         )
         choices.append(_first_match(compiled, context, offers, now))
+    quorums = [decided_by for action, decided_by, _ in choices if action == "quorum"]
+    if quorums:
+        _require_quorum(hold, max(quorums, key=lambda q: q["approvals"]))
+        choices = [("", None, None) if action == "quorum" else (action, by, c) for action, by, c in choices]
     if not any(action for action, _, _ in choices):
         return
     with transaction.atomic():
@@ -278,6 +285,13 @@ def decide_at_ask(hold: Hold, items: list[dict], *, versions: tuple[int, int], c
             _decide_whole(hold, items, choices)
         else:
             _decide_some(hold, items, choices)
+
+
+def _require_quorum(hold: Hold, quorum: dict) -> None:
+    """A rule's `then: {quorum: N, from: [roles]}` matched an item: the hold needs that quorum (the
+    stricter of it and the capability's, policy.quorum_of). Written only while the hold is pending."""
+    Hold.objects.filter(pk=hold.pk, status=Hold.Status.PENDING).update(quorum=quorum)
+    hold.quorum = quorum
 
 
 def _take_grant_uses(choices: list, now) -> list:

@@ -209,6 +209,20 @@ TAKE_HOLD = (
     " AND (expires_at IS NULL OR expires_at > STATEMENT_TIMESTAMP()) RETURNING id"
 )
 
+# A quorum's approval (services/quorum.py) takes the hold's row lock first, so that approvals and
+# decisions of one hold queue behind each other; it answers whether the hold is still open by the
+# database's clock (no row: not pending any more).
+LOCK_OPEN_HOLD = (
+    "SELECT id, (expires_at IS NULL OR expires_at > STATEMENT_TIMESTAMP()) FROM holds_hold"
+    f" WHERE id = %s AND status = {PENDING_HOLD} FOR UPDATE"
+)
+
+# An escalation step's claim (services/escalation.py): the unique (hold, step) row; no row back: taken.
+TAKE_ESCALATION_STEP = (
+    "INSERT INTO holds_holdescalation (hold_id, step, notified, at) VALUES (%s, %s, %s::jsonb, %s)"
+    " ON CONFLICT (hold_id, step) DO NOTHING RETURNING id"
+)
+
 
 @functools.cache
 def write_decision(invocation_columns: tuple[str, ...], event_columns: tuple[str, ...]) -> str:

@@ -11,7 +11,7 @@ from ..auth import Actor, new_service_key
 from ..config import new_secret
 from ..errors import Conflict, Invalid, NotFound
 from ..models import AuditKind, Capability, Membership, Role, ServiceAccount, SlackLink
-from ..policy import may_manage_team, require
+from ..policy import may_delegate, may_manage_team, quorum_pool, require
 from ..words import ActorKind
 from .audit import audit
 from .rules import current_rule_set, rules_save
@@ -28,6 +28,8 @@ DEFAULTS = {
     "remind_before": None,
     "confidence_default": None,
     "protocol": "agentos",
+    "quorum": None,
+    "escalate": None,
 }
 
 
@@ -54,6 +56,16 @@ def capabilities_sync(*, specs, actor: Actor) -> list[tuple[str, bool, str | Non
             for key, value in values.items():
                 setattr(capability, key, value)
             capability.from_file = sorted(spec.values)
+            if capability.quorum and quorum_pool(capability, capability.quorum) < capability.quorum["approvals"]:
+                raise Invalid(
+                    [
+                        {
+                            "field": f"{spec.name}.quorum",
+                            "message": f"needs {capability.quorum['approvals']} approvals but only "
+                            f"{quorum_pool(capability, capability.quorum)} people or service accounts may give one",
+                        }
+                    ]
+                )
             capability.save()
             changed = sorted(k for k in values if k != "secret" and before.get(k) != values[k]) if before else []
             if created or changed:
@@ -64,6 +76,31 @@ def capabilities_sync(*, specs, actor: Actor) -> list[tuple[str, bool, str | Non
                     rules_save(capability=capability, rules=rules, actor=actor)
             results.append((spec.name, created, generated))
     return results
+
+
+def person_set_away(*, actor: Actor, person, away_from, away_until, delegate) -> Membership:
+    """Sets (or, with away_from None, clears) a person's out-of-office window and delegate. The delegate
+    must already decide every capability the person decides (policy.may_delegate): notifications and
+    escalations go to them meanwhile, "acting for"; no role changes hands."""
+    with transaction.atomic():
+        membership, _ = Membership.objects.select_for_update().get_or_create(user=person)
+        if away_from is None:
+            membership.away_from = membership.away_until = membership.delegate = None
+        else:
+            require(may_delegate(actor, person, delegate))
+            if away_until is None or away_until <= away_from:
+                raise Invalid([{"field": "until", "message": "the window ends after it starts"}])
+            membership.away_from, membership.away_until, membership.delegate = away_from, away_until, delegate
+        membership.save(update_fields=["away_from", "away_until", "delegate"])
+        audit(
+            AuditKind.PERSON_CHANGED,
+            actor,
+            username=person.username,
+            away_from=away_from.isoformat() if away_from else None,
+            away_until=away_until.isoformat() if away_until else None,
+            delegate=delegate.username if delegate and away_from else None,
+        )
+    return membership
 
 
 def person_add(*, username: str, role: str, password: str | None, actor: Actor, email: str = ""):

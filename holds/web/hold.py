@@ -150,6 +150,8 @@ def _hold_context(request, hold: Hold, actor: Actor, form: DecisionForm | None =
         "actions": [(a, Action(a).label) for a in form.actions],
         "role": actor.role,
         "extend_choices": extend_choices(hold) if decider and open_ else [],
+        "quorum": queries.hold_quorum(hold),
+        "escalations": list(hold.escalations.order_by("step")),
         "bc_thresholds": by_confidence.THRESHOLDS,
         **presence.hold_context(hold, request.user, shown=sees_presence(actor, hold)),
     }
@@ -211,7 +213,7 @@ def hold_decision(request, hold_id: str):
     try:
         # The same budget as decisions through the API: one person, one count.
         ratelimit.api_limit("decision", actor)
-        services.hold_decide(
+        decided = services.hold_decide(
             hold_id=hold.pk,
             actor=actor,
             body=body,
@@ -220,6 +222,13 @@ def hold_decision(request, hold_id: str):
         )
     except (Conflict, Forbidden, Invalid, NotFound, RateLimited) as exc:
         return _refused(request, queries.hold_for_page(hold.pk) or hold, exc)
+    if decided.status == Hold.Status.PENDING:
+        # An approval toward a quorum that does not complete it: the hold stays here for the others.
+        remaining = decided.quorum_state["remaining"]
+        messages.success(
+            request, f"Approval recorded. {remaining} more approval{'s' if remaining != 1 else ''} needed."
+        )
+        return see_other(reverse("hold", args=[hold.public_id]))
     go_next = request.POST.get("next") == "1"
     following = next_hold(actor, hold) if go_next else None
     if following is None:

@@ -21,7 +21,7 @@ from django.views.decorators.http import require_GET, require_POST
 from .. import rendering, rollup, services
 from ..auth import actor_for_user
 from ..errors import ServiceError
-from ..models import Invocation
+from ..models import Hold, HoldEscalation, Invocation
 from ..responses import see_other
 from ..rollup import HOUR, floor_hour, percentile
 from .common import refused, viewer
@@ -242,8 +242,17 @@ def ops_context(actor) -> dict:
     failing = [c for c in live["capabilities"] if c.endpoint_failing(now)]
     for row in pending:
         row["failing"] = row["capability"] in failing
+    # Pending holds that took an escalation step (issue 34), latest step first.
+    escalated = list(
+        HoldEscalation.objects.filter(hold__status=Hold.Status.PENDING)
+        .order_by("-at", "-id")
+        .values("hold_id", "step", "notified", "at", "hold__intent", "hold__capability__name")[:LIST_LIMIT]
+    )
+    for row in escalated:
+        row["public_id"] = f"h_{row['hold_id']}"
     windows = rollup.recent(now)
     return {
+        "escalated": escalated,
         "now": now,
         "pending": pending,
         "pending_total": sum(p["count"] for p in pending),

@@ -5,6 +5,7 @@ from django.core.management.base import BaseCommand, CommandError
 from holds import services
 from holds.auth import SYSTEM
 from holds.config import ConfigError, load_capabilities
+from holds.errors import Invalid
 
 
 class Command(BaseCommand):
@@ -18,7 +19,11 @@ class Command(BaseCommand):
             specs = load_capabilities(file)
         except ConfigError as exc:
             raise CommandError("nothing was changed:\n  " + "\n  ".join(exc.problems)) from None
-        for name, created, secret in services.capabilities_sync(specs=specs, actor=SYSTEM):
+        try:
+            results = services.capabilities_sync(specs=specs, actor=SYSTEM)
+        except Invalid as exc:  # a quorum that the people who may decide cannot meet
+            raise CommandError("nothing was changed:\n  " + "\n  ".join(e["message"] for e in exc.errors)) from None
+        for name, created, secret in results:
             self.stdout.write(f"{'created' if created else 'updated'} {name}")
             if secret:
                 self.stdout.write(f"  generated secret for {name} (shown once; give it to the agent): {secret}")
