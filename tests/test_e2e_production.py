@@ -66,6 +66,7 @@ def test_ask_decide_complete_and_expire_without_anyone_acting(procs):
     assert finished["holds"][0]["status"] == "expired"
     assert finished["output"] == {"paid": [], "rejected": []}
     resume = client.get(f"/v0/holds/{finished['holds'][0]['hold_id']}").json()["resume"]
+    assert resume.pop("receipt").count(".") == 2  # a compact JWS (tests/test_receipts.py verifies them)
     assert resume == {
         "hold_id": finished["holds"][0]["hold_id"],
         "resolved_by": "expired",
