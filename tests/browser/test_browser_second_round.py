@@ -180,3 +180,45 @@ def test_the_only_admin_cannot_demote_themselves(person_session):
     assert page.url.endswith("/team#people") or "/team" in page.url
     page.goto("/team")  # still an admin
     expect(page.get_by_role("heading", name="People")).to_be_visible()
+
+
+@pytest.mark.parametrize("width,height", [(390, 844), (1280, 800)])
+def test_ops_sees_an_agent_that_is_down_and_then_answers_again(person_session, agent, acap, settings, width, height):
+    """Issue 32 major 5: the real delivery path fails against a real HTTP agent that answers 502; after
+    three attempts in a row /ops shows the endpoint failing (tile, section, the capability's row), and the
+    label goes once the agent answers again."""
+    require("axe-core: run `npm ci` (node_modules/axe-core/axe.min.js)", AXE.exists())
+    from django.utils import timezone
+
+    from holds import delivery
+    from holds.models import Invocation
+
+    settings.RQ_ENDPOINT_FAILING_AFTER = 3
+    settings.RQ_RETRY_SCHEDULE = [0] * 10
+    agent.default = (502, b"down")
+    invocation = Invocation.objects.get(run=factories.start_run(acap))
+
+    def attempt():
+        Invocation.objects.filter(pk=invocation.pk).update(next_attempt_at=timezone.now())
+        delivery.deliver(invocation.pk)
+
+    session = person_session("alice", role="admin", viewport={"width": width, "height": height}, bypass_csp=True)
+    page = session.page
+    for _ in range(3):
+        attempt()
+    page.goto("/ops")
+    tile = page.locator(".ops-card", has_text="Failing endpoints")
+    expect(tile).to_contain_text("1")
+    expect(tile.get_by_role("link", name=acap.name)).to_be_visible()
+    expect(page.get_by_role("heading", name="Failing endpoints")).to_be_visible()
+    expect(page.get_by_text("endpoint failing").first).to_be_visible()
+    size = fits(page)
+    assert size["doc"] <= size["view"], size
+    assert violations(page) == []
+    screenshot(page, f"ops-failing-{width}", full_page=False)
+
+    agent.default = (200, b'{"status": "completed", "output": {}}')
+    attempt()
+    page.goto("/ops")
+    expect(page.get_by_text("endpoint failing")).to_have_count(0)
+    expect(page.locator(".ops-card", has_text="Failing endpoints")).to_contain_text("0")
