@@ -17,7 +17,7 @@ from tests import factories
 from tests.agent_double import AgentDouble
 from tests.processes import Processes, free_port, service_env, wait_until
 
-pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.needs_redis]
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.needs_redis, pytest.mark.serial]
 
 APPROVE = {"items": [{"id": "INV-1", "action": "approve"}, {"id": "INV-2", "action": "approve"}]}
 

@@ -9,7 +9,7 @@ from holds.models import Capability
 from tests import factories
 from tests.processes import Processes, free_port, service_env, wait_until
 
-pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.needs_redis]
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.needs_redis, pytest.mark.serial]
 
 
 @pytest.fixture

@@ -23,7 +23,7 @@ from holds.models import (
 )
 from tests import factories
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.serial]
 
 INVOICE = {"id": "INV-1", "title": "Acme · 120.00", "data": {"payee": "Acme", "amount": "120.00"}}
 

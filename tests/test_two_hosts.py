@@ -36,6 +36,8 @@ from tests.conftest import require
 from tests.processes import VENV_BIN, Processes, free_port, wait_until
 from tests.test_pooler import pgbouncer
 
+pytestmark = pytest.mark.serial  # processes timed against each other: run alone (scripts/test)
+
 RUNS = 1000
 CONTESTED = RUNS // 10  # holds that 8 decisions race for
 RACERS = 8

@@ -42,6 +42,8 @@ from tests.processes import VENV_BIN, Processes, free_port, wait_until
 from tests.test_pooler import pgbouncer
 from tests.test_two_hosts import GRACE, RELAY, Host, _answers, _host_env, _redis, _start_host, procs, two_hosts
 
+pytestmark = pytest.mark.serial  # processes timed against each other: run alone (scripts/test)
+
 __all__ = ["procs"]  # the fixture, shared
 
 RUNS = 200
