@@ -24,6 +24,7 @@ from .ids import HOLD, parse_public_id
 from .messages import hold_url, one_line, slack_escape
 from .models import Hold, HoldItem, SlackLink, SlackMessage
 from .rendering import text_flags
+from .words import Action
 
 log = logging.getLogger(__name__)
 
@@ -179,7 +180,7 @@ def decide(*, slack_user: str, channel: str, action: str, hold_ref: str) -> str:
         )
         return "unmapped"
     items = list(hold.items.order_by("position").values_list("item_id", flat=True))
-    verb = "approve" if action == APPROVE else "reject"
+    verb = (Action.APPROVE if action == APPROVE else Action.REJECT).value
     body = {"items": [{"id": item, "action": verb} for item in items]}
     try:
         decided = services.hold_decide(hold_id=hold.pk, actor=actor_for_user(person), body=body)
