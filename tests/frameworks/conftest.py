@@ -21,12 +21,13 @@ from tests.processes import Processes, free_port, service_env, wait_until
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.needs_redis]
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def service(tmp_path_factory, django_db_setup, django_db_blocker):
-    """The web, worker and beat processes, shared by every framework port a test worker runs (each test
-    brings its own capability, key and agent: the test database is emptied after every test). One
-    service per session rather than per module: starting gunicorn, a Celery worker and beat costs
-    seconds of both cores each time."""
+    """The web, worker and beat processes, shared by the framework ports of one module (each test
+    brings its own capability, key and agent: the test database is emptied after every test). Per
+    module, not per session: its worker and beat work on the pytest worker's test database, so a
+    service left running claimed, delivered and expired the invocations and holds of every later test
+    of that worker (the two-host, race, delivery and fault tests failed beside it)."""
     processes = Processes(tmp_path_factory.mktemp("service"))
     with django_db_blocker.unblock():
         port = free_port()
