@@ -168,8 +168,18 @@ def _allow_attribute(tag: str, name: str, value: str) -> bool:
     return name in ALLOWED_ATTRIBUTES.get(tag, [])
 
 
-@lru_cache(maxsize=1)
+_local = threading.local()  # one markdown converter and one cleaner per thread
+
+
 def _cleaner() -> bleach.Cleaner:
+    # One per thread: a Cleaner keeps its parser's state while it cleans, so two threads sharing one
+    # raised (IndexError, ValueError) and, worse, returned one text's HTML cut short or mixed.
+    if not hasattr(_local, "cleaner"):
+        _local.cleaner = _new_cleaner()
+    return _local.cleaner
+
+
+def _new_cleaner() -> bleach.Cleaner:
     return bleach.Cleaner(
         tags=ALLOWED_TAGS,
         attributes=_allow_attribute,
@@ -178,9 +188,6 @@ def _cleaner() -> bleach.Cleaner:
         strip_comments=True,
         filters=[lambda source: LinkifyFilter(source, callbacks=[_set_rel], skip_tags={"pre", "code"})],
     )
-
-
-_local = threading.local()
 
 
 def _markdown() -> markdown.Markdown:

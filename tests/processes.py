@@ -15,6 +15,7 @@ import urllib.request
 from pathlib import Path
 from urllib.parse import quote
 
+import httpx
 from django.db import connection
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -35,6 +36,18 @@ def wait_until(check, timeout: float, what: str, interval: float = 0.2):
             return result
         time.sleep(interval)
     raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+
+
+def service_client(url: str, key: str, timeout: float) -> httpx.Client:
+    """An API client of a gunicorn started here. It drops a connection idle for a second, before gunicorn
+    closes it (its keepalive is 2 s): a request sent as the server closes the connection fails with no
+    answer ("Server disconnected", a reset), and a client cannot tell whether a POST so lost was done."""
+    return httpx.Client(
+        base_url=url,
+        headers={"authorization": f"Bearer {key}"},
+        timeout=timeout,
+        limits=httpx.Limits(keepalive_expiry=1.0),
+    )
 
 
 def answers_http(url: str) -> bool:

@@ -1,13 +1,12 @@
 """The production shape end to end: gunicorn, a Celery worker and beat, PostgreSQL, Redis, and
 the example agent (examples/pay_invoices.py, on the agentos SDK) as its own process over HTTP."""
 
-import httpx
 import pytest
 from django.db import connections
 
 from holds.models import Capability
 from tests import factories
-from tests.processes import Processes, free_port, service_env, wait_until
+from tests.processes import Processes, free_port, service_client, service_env, wait_until
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.needs_redis, pytest.mark.serial]
 
@@ -30,7 +29,7 @@ def test_ask_decide_complete_and_expire_without_anyone_acting(procs):
     procs.worker(env)
     procs.beat(env)
     procs.agent({"AGENTOS_SECRET": Capability.objects.get(pk=cap.pk).secret}, agent_port)
-    client = httpx.Client(base_url=web, headers={"authorization": f"Bearer {key}"}, timeout=10)
+    client = service_client(web, key, timeout=10)
 
     def run_of(run_id):
         return client.get(f"/v0/runs/{run_id}").json()

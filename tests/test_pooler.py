@@ -22,7 +22,7 @@ from holds.services import gateway
 from tests import factories
 from tests.agent_double import AgentDouble
 from tests.conftest import require
-from tests.processes import ROOT, Processes, free_port, service_env, wait_until
+from tests.processes import ROOT, Processes, free_port, service_client, service_env, wait_until
 
 PGBOUNCER = shutil.which("pgbouncer") or "/usr/sbin/pgbouncer"
 
@@ -215,7 +215,7 @@ def test_the_hot_path_through_pgbouncer_in_transaction_mode(procs):
             procs.gunicorn(env, web_port)
             procs.worker(env, concurrency=4)
             procs.beat(env)
-            client = httpx.Client(base_url=web, headers={"authorization": f"Bearer {key}"}, timeout=20)
+            client = service_client(web, key, timeout=20)
             started = [client.post("/v0/runs", json={"capability": cap.name, "input": {}}) for _ in range(30)]
             started.append(client.post("/v0/runs", json={"capability": cap.name, "input": {"expires_in": 60}}))
             assert {r.status_code for r in started} == {201}

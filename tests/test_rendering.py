@@ -1,5 +1,8 @@
 """holds/rendering.py: the one sanitiser, values exactly as sent, hidden characters and look-alikes."""
 
+import sys
+from concurrent.futures import ThreadPoolExecutor
+
 import pytest
 
 from holds import rendering
@@ -168,3 +171,19 @@ def test_it_shows_a_very_long_value_in_full():
 )
 def test_it_gives_confidence_amber_below_0_8_and_red_below_0_5(value, level):
     assert rendering.confidence_level(value) == level
+
+
+def test_threads_rendering_at_once_each_get_their_own_text_back():
+    """A gunicorn worker renders asks on several threads: a sanitiser shared between them raised
+    (a 500 on the ask) or returned another text's HTML cut short (the two-host test's 500s)."""
+    render = render_markdown.__wrapped__  # past the cache, so that every call renders
+    texts = [f"Pay **{n}** to [payee](https://example.com/{n}) as _shown_.\n\n- a\n- b {n}" for n in range(64)]
+    expected = {text: render(text) for text in texts}
+    switch = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # threads switch often, as they do under load
+    try:
+        with ThreadPoolExecutor(8) as pool:
+            got = list(pool.map(lambda n: (texts[n % 64], render(texts[n % 64])), range(2000)))
+    finally:
+        sys.setswitchinterval(switch)
+    assert [text for text, html in got if html != expected[text]] == []

@@ -33,7 +33,7 @@ from holds.models import AuditEvent, AuditKind, Hold, Invocation, Notification, 
 from tests import factories
 from tests.agent_double import AgentDouble
 from tests.conftest import require
-from tests.processes import VENV_BIN, Processes, free_port, wait_until
+from tests.processes import VENV_BIN, Processes, free_port, service_client, wait_until
 from tests.test_pooler import pgbouncer
 
 pytestmark = pytest.mark.serial  # processes timed against each other: run alone (scripts/test)
@@ -250,12 +250,26 @@ def test_two_hosts_one_lost_midway_every_resume_delivered_exactly_once(procs, ca
         report = {}
         try:
             _run(procs, hosts, agent, report)
+        except BaseException:
+            with capsys.disabled():  # the hosts' logs go with their temp dir: what failed in them, here
+                print(_server_errors(procs))
+            raise
         finally:
             agent.close()
             procs.stop_all()
             report["test_s"] = round(time.monotonic() - began)
             with capsys.disabled():
                 print(f"\ntwo hosts: {json.dumps(report)}")
+
+
+def _server_errors(procs: Processes) -> str:
+    lines = []
+    for log in sorted(procs.log_dir.glob("host*.log")):
+        errors = [
+            line for line in log.read_text(errors="replace").splitlines() if "ERROR" in line or "Traceback" in line
+        ]
+        lines += [f"{log.name}: {len(errors)} error lines", *errors[-10:]]
+    return "\n".join(lines)
 
 
 def _run(procs: Processes, hosts: list[Host], agent: CountingAgent, report: dict) -> None:
@@ -275,10 +289,7 @@ def _run(procs: Processes, hosts: list[Host], agent: CountingAgent, report: dict
         for url in webs.values():
             wait_until(lambda url=url: _answers(url + "/healthz"), 60, f"{url}")
         report_began = time.monotonic()
-        clients = {
-            name: httpx.Client(base_url=url, headers={"authorization": f"Bearer {key}"}, timeout=30)
-            for name, url in webs.items()
-        }
+        clients = {name: service_client(url, key, timeout=30) for name, url in webs.items()}
 
         # 1,000 runs started through both hosts; the workers deliver them and the agent asks through the
         # web of the host that delivered its start.
