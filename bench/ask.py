@@ -85,18 +85,17 @@ def blast(url, bodies, headers_for):
 
 def main():
     setup_django()
-    from django.db import connection
-
     from holds import services
     from holds.auth import SYSTEM
     from holds.config import CapabilitySpec, new_secret
+    from holds.services.gateway import driver_cursor
     from tests.processes import Processes, free_port, service_env
 
     services.capabilities_sync(
         specs=[CapabilitySpec(name="bench", values={"endpoint": "http://127.0.0.1:9", "secret": new_secret()})],
         actor=SYSTEM,
     )
-    with connection.cursor() as cursor:
+    with driver_cursor() as cursor:
         from bench.bare_views import TABLE
 
         cursor.execute(TABLE)

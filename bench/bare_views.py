@@ -5,9 +5,10 @@ statement. No auth, no validation: the ratio shows what the real ask adds on top
 
 import json
 
-from django.db import connection
 from django.http import JsonResponse
 from django.views.decorators.csrf import csrf_exempt
+
+from holds.services.gateway import driver_cursor
 
 TABLE = "CREATE TABLE IF NOT EXISTS bench_bare (id bigserial PRIMARY KEY, body text NOT NULL)"
 
@@ -15,7 +16,7 @@ TABLE = "CREATE TABLE IF NOT EXISTS bench_bare (id bigserial PRIMARY KEY, body t
 @csrf_exempt
 def bare_insert(request):
     body = json.loads(request.body)
-    with connection.cursor() as cursor:
+    with driver_cursor() as cursor:
         cursor.execute("INSERT INTO bench_bare (body) VALUES (%s) RETURNING id", [json.dumps(body)])
         row_id = cursor.fetchone()[0]
     return JsonResponse({"id": row_id}, status=201)
@@ -25,6 +26,6 @@ def bare_insert(request):
 def bare_bulk(request):
     body = json.loads(request.body)
     rows = [json.dumps(item) for item in body["items"]]
-    with connection.cursor() as cursor:
+    with driver_cursor() as cursor:
         cursor.execute("INSERT INTO bench_bare (body) SELECT * FROM unnest(%s::text[])", [rows])
     return JsonResponse({"rows": len(rows)}, status=201)

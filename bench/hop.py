@@ -7,9 +7,9 @@ the same shared HTTP client as real deliveries, so the comparisons are about wha
 adds."""
 
 from celery import shared_task
-from django.db import connection
 
 from holds.delivery import shared_client
+from holds.services.gateway import driver_cursor
 
 
 @shared_task(ignore_result=True)
@@ -19,7 +19,7 @@ def post(url: str, hop_id: str) -> None:
 
 @shared_task(ignore_result=True)
 def floor(url: str, invocation_id: str) -> None:
-    with connection.cursor() as cursor:
+    with driver_cursor() as cursor:
         # One round trip, and the claim's commit does not wait for the disk, as the real claim's.
         cursor.execute(
             "BEGIN; SET LOCAL synchronous_commit TO OFF; UPDATE holds_invocation SET status = 'delivering',"
@@ -34,7 +34,7 @@ def floor(url: str, invocation_id: str) -> None:
         if claimed is None:
             return
     shared_client().post(url, json={"hop": invocation_id}, headers={"webhook-id": invocation_id}, timeout=10)
-    with connection.cursor() as cursor:
+    with driver_cursor() as cursor:
         cursor.execute(
             "UPDATE holds_invocation SET status = 'answered', lease_until = NULL"
             " WHERE id = %s AND status = 'delivering'",

@@ -85,19 +85,20 @@ def stop_rollup(hours: int) -> None:
     newest day is moved to end a minute ago, so the live minutes hold what they hold at the
     history's rate however long ago it was seeded, and every seal of the last `hours` is undone
     (rows and totals, the ops page's and calibration's), so the rollup is that far behind."""
-    from django.db import connection, transaction
+    from django.db import transaction
     from django.db.models import F, Sum
     from django.utils import timezone
 
     from holds import calibration
     from holds.models import AuditEvent, CalibrationTotal, OpsHour, OpsTotal
     from holds.rollup import floor_hour, sealed_until
+    from holds.services.gateway import driver_cursor
 
     now = timezone.now()
     cutoff = floor_hour(now) - timedelta(hours=hours)
     newest = AuditEvent.objects.order_by("-at").values_list("at", flat=True).first()
     sealed = sealed_until()
-    with transaction.atomic(), connection.cursor() as cursor:
+    with transaction.atomic(), driver_cursor() as cursor:
         # Calibration's totals of the seals undone below, tallied before the events move.
         if sealed is not None and sealed > cutoff:
             for (capability_id, field, bucket), (n, edited, total) in calibration.tally(cutoff, sealed).items():

@@ -36,6 +36,7 @@ from holds.models import (
     milliseconds,
     new_invocation_id,
 )
+from holds.services.gateway import driver_cursor
 
 PAYEES = ["Aksa Lojistik", "Acme", "Globex", "Initech", "Umbrella", "Stark Industries", "Wayne Ent.", "Hooli"]
 # The generator writes its JSON from parts encoded once: json.dumps per value was half its time.
@@ -110,7 +111,7 @@ def capabilities(count: int) -> list[Capability]:
 
 
 def _next_id(model) -> int:
-    with connection.cursor() as cursor:
+    with driver_cursor() as cursor:
         cursor.execute(f"SELECT COALESCE(MAX(id), 0) FROM {model._meta.db_table}")
         return cursor.fetchone()[0] + 1
 
@@ -119,7 +120,7 @@ def _write(model, rows: list[tuple]) -> None:
     if not rows:
         return
     table, columns = model._meta.db_table, COLUMNS[model]
-    with connection.cursor() as cursor:
+    with driver_cursor() as cursor:
         raw = cursor.cursor  # psycopg's own cursor: COPY is several times faster than INSERT
         with raw.copy(f"COPY {table} ({', '.join(columns)}) FROM STDIN") as copy:
             for row in rows:
@@ -127,7 +128,7 @@ def _write(model, rows: list[tuple]) -> None:
 
 
 def _sync_sequences() -> None:
-    with connection.cursor() as cursor:
+    with driver_cursor() as cursor:
         for model in (Run, Hold, HoldItem, AuditEvent):
             table = model._meta.db_table
             cursor.execute(
@@ -215,7 +216,7 @@ def seed(
             if progress:
                 progress(done)
     _sync_sequences()
-    with connection.cursor() as cursor:
+    with driver_cursor() as cursor:
         # As after any bulk load: statistics for the planner, and the visibility map that a
         # database which grew over months has from autovacuum (index-only scans depend on it).
         # VACUUM cannot run inside a transaction (tests seed in one): ANALYZE there.
@@ -227,7 +228,7 @@ SEEDED_TABLES = (Run, Invocation, Hold, HoldItem, AuditEvent, PendingCount)
 
 
 def _may_skip_foreign_key_checks() -> bool:
-    with connection.cursor() as cursor:
+    with driver_cursor() as cursor:
         cursor.execute("SELECT current_setting('is_superuser') = 'on'")
         return cursor.fetchone()[0]
 
@@ -236,7 +237,7 @@ def _check_foreign_keys() -> None:
     """Every foreign key of the seeded tables, checked once over the whole table (an anti-join),
     after chunks that skipped the per-row checks. Raises if a seeded row points nowhere."""
     tables = [model._meta.db_table for model in SEEDED_TABLES]
-    with connection.cursor() as cursor:
+    with driver_cursor() as cursor:
         cursor.execute(
             """
             SELECT c.conname, c.conrelid::regclass::text, a.attname, c.confrelid::regclass::text, fa.attname
@@ -270,7 +271,7 @@ def _write_chunk(plan: _Plan, start: int, size: int, *, unchecked: bool) -> Coun
     runs, invs, hold_rows, item_rows, audits, pending, counts = _generate(plan, start, size)
     with transaction.atomic():
         if unchecked:
-            with connection.cursor() as cursor:
+            with driver_cursor() as cursor:
                 cursor.execute("SET LOCAL session_replication_role = replica")
         _write(Run, runs)
         # Holds point at their start invocation and resumes at their hold: both rows go in one
@@ -535,14 +536,14 @@ def copy_run(run_id: int, count: int) -> list[RunCopy]:
         statements.append(
             f"INSERT INTO {PendingCount._meta.db_table} (capability_id, delta) SELECT %(capability)s, 1 FROM {_COPIES}"
         )
-    with transaction.atomic(), connection.cursor() as cursor:
+    with transaction.atomic(), driver_cursor() as cursor:
         for sql in statements:
             cursor.execute(sql, params)
     return [RunCopy(*ids) for ids in zip(run_ids, invocation_ids, hold_ids, strict=True)]
 
 
 def _allocate_ids(model, count: int) -> list[int]:
-    with connection.cursor() as cursor:
+    with driver_cursor() as cursor:
         cursor.execute(
             "SELECT nextval(pg_get_serial_sequence(%s, 'id')) FROM generate_series(1, %s)",
             [model._meta.db_table, count],

@@ -60,13 +60,14 @@ def side_by_side(work, sweepers: int) -> tuple[int, float]:
 def flip_only() -> int:
     """The floor: what the sweep must write at the least (each due hold's status), in batches
     locked as the sweep locks them, without the resumes and audit rows; rolled back."""
-    from django.db import connection, transaction
+    from django.db import transaction
 
     from holds import services
+    from holds.services.gateway import driver_cursor
 
     flipped = 0
     with transaction.atomic():
-        with connection.cursor() as cursor:
+        with driver_cursor() as cursor:
             for _ in range(FLOOR_BATCHES):
                 due = services.due_holds().select_for_update(skip_locked=True)
                 ids = list(due.values_list("pk", flat=True)[:1000])
@@ -86,9 +87,9 @@ def sweep_all() -> int:
 
 
 def vacuum() -> None:
-    from django.db import connection
+    from holds.services.gateway import driver_cursor
 
-    with connection.cursor() as cursor:
+    with driver_cursor() as cursor:
         for table in ("holds_hold", "holds_invocation", "holds_auditevent"):
             cursor.execute(f"VACUUM {table}")
         cursor.execute("CHECKPOINT")
@@ -102,15 +103,14 @@ def main():
 
         bench.common.BENCH_DB = reuse
     setup_django(fresh=not reuse)
-    from django.db import connection
-
     from bench import seeding
     from holds import services
     from holds.models import Hold
+    from holds.services.gateway import driver_cursor
 
     start = time.monotonic()
     if reuse:
-        with connection.cursor() as cursor:
+        with driver_cursor() as cursor:
             cursor.execute("UPDATE holds_hold SET expires_at = now() - interval '1 minute' WHERE status = 'pending'")
             cursor.execute("ANALYZE holds_hold")
         total = Hold.objects.count()

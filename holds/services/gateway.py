@@ -252,6 +252,16 @@ def fetch(sql: str, params=None) -> list[tuple]:
         return cursor.fetchall() if cursor.description is not None else []
 
 
+@contextmanager
+def driver_cursor():
+    """Django's cursor on the connection, for what must talk to the driver itself: the benchmarks' bulk
+    seeder (COPY, executemany) and their bare baselines (a bare INSERT, the floor of exactly once),
+    which measure the product against the driver. The product sends its statements through the
+    functions above; tests/test_layers.py keeps this one out of the product."""
+    with connection.cursor() as cursor:
+        yield cursor
+
+
 def insert_values(obj, skip=()) -> tuple[tuple[str, ...], list]:
     """The quoted columns and prepared values the ORM would INSERT for an unsaved instance."""
     columns, values = [], []
