@@ -4,6 +4,7 @@ import re
 
 import pytest
 from django.contrib.auth import get_user_model
+from django.contrib.messages import get_messages
 from django.test import Client
 
 from holds import services
@@ -194,6 +195,7 @@ def test_it_sets_approvers_and_self_approval_until_a_sync_overwrites_file_values
     # Ticked: admin only; self_approval unticked (the form says it was shown).
     response = admin_client.post(f"/team/capabilities/{cap.pk}", {"approvers": ["admin"], "self_approval_shown": "1"})
     assert response.status_code == 303
+    assert [str(m) for m in get_messages(response.wsgi_request)] == ["Approvers of pay_invoices saved."]
     cap.refresh_from_db()
     assert cap.approvers == ["admin"] and cap.self_approval is False
     event = AuditEvent.objects.get(kind="capability.approvers_changed")

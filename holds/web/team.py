@@ -75,13 +75,14 @@ def _back(section: str) -> SeeOther:
     return see_other(reverse("team") + f"#{section}")
 
 
-def _run(request, section: str, call, done: str):
-    """Calls a team service; a refusal becomes a message on the page (403 stays a 403: common.refused)."""
+def _run(request, section: str, call, done):
+    """Calls a team service; a refusal becomes a message on the page (403 stays a 403: common.refused).
+    `done` is the success message, or a function of the service's result that returns it."""
     try:
         result = call()
     except ServiceError as exc:
         return refused(request, exc, reverse("team") + f"#{section}")
-    messages.success(request, done.format(result=result))
+    messages.success(request, done(result) if callable(done) else done)
     return _back(section)
 
 
@@ -297,5 +298,5 @@ def capability_approvers(request, capability_id: int):
         lambda: services.capability_set_approvers(
             capability_id=capability_id, approvers=approvers, self_approval=self_approval, actor=actor
         ),
-        "Approvers of {result.name} saved.",
+        lambda capability: f"Approvers of {capability.name} saved.",
     )
