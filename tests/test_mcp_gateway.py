@@ -2,7 +2,6 @@
 written with the official SDK (tests/mcp_upstream.py), all real processes on the test database: each
 decision reaches the client as the protocol says, and the upstream runs only what a person allowed."""
 
-import asyncio
 import json
 import sys
 from concurrent.futures import ThreadPoolExecutor
@@ -22,7 +21,7 @@ from mcp.types import ElicitResult
 from holds import services
 from holds.auth import actor_for_user
 from holds.models import Hold
-from tests import factories
+from tests import aio, factories
 from tests.processes import VENV_BIN, Processes, free_port, service_env, wait_until
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.needs_redis]
@@ -85,7 +84,7 @@ async def _session(url, key, work, mode="auto", elicitation_callback=None):
 
 
 def call(url, key, tool, arguments, mode="auto"):
-    return asyncio.run(_session(url, key, lambda c: c.call_tool(tool, arguments), mode))
+    return aio.run(_session(url, key, lambda c: c.call_tool(tool, arguments), mode))
 
 
 def text(result) -> str:
@@ -107,7 +106,7 @@ def decide(reviewer, action, **extra) -> Hold:
 
 def test_tools_list_passes_through_and_read_only_tools_are_not_held(setup):
     url, key, _, log = setup
-    tools = asyncio.run(_session(url, key, lambda c: c.list_tools())).tools
+    tools = aio.run(_session(url, key, lambda c: c.list_tools())).tools
     by_name = {t.name: t for t in tools}
     assert set(by_name) == {"delete_file", "read_file", "book_table", "ship", "connect_calendar"}
     assert by_name["delete_file"].annotations.destructive_hint is True
@@ -206,7 +205,7 @@ def test_a_url_elicitation_reaches_a_client_that_declared_url_mode_untouched(set
 
     # The official client declares `elicitation: {form: {}, url: {}}` once it has a callback; URL mode
     # needs a push to the client, so a connection with a back-channel (2025-11-25).
-    result = asyncio.run(_session(url, key, connect, "legacy", on_elicit))
+    result = aio.run(_session(url, key, connect, "legacy", on_elicit))
     assert text(result) == "calendar ana@example.com: accept"
     assert received == [SIGN_IN]  # exactly as the upstream sent it
     assert ran(log) == [{"tool": "connect_calendar", "account": "ana@example.com", "action": "accept"}]

@@ -2,7 +2,6 @@
 serving reviewqueue/asgi.py) on the test database: each call is one hold, decided by a person here
 through the same service as the API; the answer is Claude Code's permission-prompt contract."""
 
-import asyncio
 import json
 import threading
 from concurrent.futures import ThreadPoolExecutor
@@ -20,7 +19,7 @@ from mcp.shared.exceptions import MCPError
 from holds import services
 from holds.auth import actor_for_user
 from holds.models import Hold, Invocation, Run
-from tests import factories
+from tests import aio, factories
 from tests.processes import Processes, free_port, service_env, wait_until
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.needs_redis]
@@ -65,7 +64,7 @@ async def _call(url: str, key: str, arguments: dict, *, mode: str = "auto", tool
 
 
 def call(url, key, arguments, **kwargs):
-    return asyncio.run(_call(url, key, arguments, **kwargs))
+    return aio.run(_call(url, key, arguments, **kwargs))
 
 
 def refusal(url, key, arguments, **kwargs) -> MCPError:

@@ -7,7 +7,6 @@ type http with the key, and the permission prompt tool), given through the SDK a
 `--permission-prompt-tool`.
 """
 
-import asyncio
 import json
 from concurrent.futures import ThreadPoolExecutor
 
@@ -18,7 +17,7 @@ from django.db import connections
 from holds import services
 from holds.auth import actor_for_user
 from holds.models import Hold
-from tests import factories
+from tests import aio, factories
 from tests.frameworks.anthropic_fake import FakeAnthropic, offline_env, tool_results
 from tests.processes import Processes, free_port, service_env, wait_until
 
@@ -63,7 +62,7 @@ def run_claude(fake, tmp_path, url: str, key: str) -> ResultMessage:
                 result = message
         return result
 
-    return asyncio.run(main())
+    return aio.run(main())
 
 
 def decide_when_held(decision: dict) -> Hold:

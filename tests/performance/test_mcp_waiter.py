@@ -13,7 +13,7 @@ from holds import services
 from holds.auth import actor_for_account, actor_for_user
 from holds.mcp.waiter import FALLBACK, Waiter
 from holds.services.mcp_calls import mcp_call_ask
-from tests import factories
+from tests import aio, factories
 
 pytestmark = pytest.mark.django_db(transaction=True)
 WAITERS = 10
@@ -52,7 +52,7 @@ async def wait_then_decide(waiter: Waiter, hold_ids: list[int], settle: float) -
 def test_with_listen_a_decision_wakes_its_call_by_notification():
     hold_ids = ask_holds(WAITERS)
     waiter = Waiter()
-    asyncio.run(wait_then_decide(waiter, hold_ids, settle=1.0))
+    aio.run(wait_then_decide(waiter, hold_ids, settle=1.0))
     # The listener's one look for all (at connect); no look per waiter, none per decision.
     assert waiter.polls <= 1
 
@@ -62,7 +62,7 @@ def test_behind_a_pooler_one_query_per_interval_looks_at_every_waiter(settings):
     settings.RQ_MCP_POLL_INTERVAL = 0.2
     hold_ids = ask_holds(WAITERS)
     waiter = Waiter()
-    asyncio.run(wait_then_decide(waiter, hold_ids, settle=1.0))
+    aio.run(wait_then_decide(waiter, hold_ids, settle=1.0))
     # About one look per 0.2 s while the ten calls waited (1 s, then the decisions): a look per interval,
     # not one per waiter per interval (which would be 50 and more).
     assert 3 <= waiter.polls < 2 * WAITERS
@@ -72,4 +72,4 @@ def test_a_hold_settled_before_the_wait_returns_at_once():
     (hold_id,) = ask_holds(1)
     decide_all([hold_id])
     waiter = Waiter()
-    asyncio.run(asyncio.wait_for(waiter.wait(hold_id), 5))  # its own look at registration found it
+    aio.run(asyncio.wait_for(waiter.wait(hold_id), 5))  # its own look at registration found it
