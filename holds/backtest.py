@@ -26,6 +26,7 @@ from .rules import (
     item_flags,
     lowest_confidence,
     shortcut,
+    shortcut_may_read,
     uses_flags,
 )
 from .services import gateway, sql
@@ -97,7 +98,8 @@ class Backtest:
 
 def _rows(capability: Capability, since, with_input: bool):
     """(hold id, item id, title, data, data's JSON text, lowest confidence, offers approve, person's
-    action, run input) per item, by services.sql.backtest_rows's one statement."""
+    action, run input, whether rules.shortcut may read it) per item, by services.sql.backtest_rows's
+    one statement."""
     rows = gateway.fetch(sql.backtest_rows(with_input), [capability.pk, since, MAX_ITEMS])
     loads = json.loads  # as HoldItem.data and the run's input are read (ExactJSONField, JSONField)
     lowest_of: dict[str, float | None] = {}  # confidence objects repeat ({"amount": 0.93}): each read once
@@ -111,7 +113,8 @@ def _rows(capability: Capability, since, with_input: bool):
             if len(lowest_of) < 10_000:
                 lowest_of[confidence] = lowest
         run = loads(run_raw) if run_raw is not None else None
-        yield hold_id, item_id, title, loads(raw), raw, lowest, offers, action, run
+        sure = shortcut_may_read(raw) and shortcut_may_read(run_raw)
+        yield hold_id, item_id, title, loads(raw), raw, lowest, offers, action, run, sure
 
 
 def _by_cel(expressions, combined, item_id, title, data, data_text, lowest, run_input, capability, flags):
@@ -151,11 +154,11 @@ def backtest(
     # an item it is sure of skips CEL; one it is not sure of goes through CEL as before.
     fast = None if plain else shortcut(tuple(sources))
     name = capability.name
-    for hold_id, item_id, title, data, data_text, lowest, offers_approve, person, run_input in _rows(
+    for hold_id, item_id, title, data, data_text, lowest, offers_approve, person, run_input, sure in _rows(
         capability, result.since, with_input
     ):
         result.items += 1
-        if fast is not None:
+        if fast is not None and sure:
             found = fast(
                 item_id,
                 title,

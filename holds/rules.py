@@ -744,12 +744,24 @@ def _subtrees(tree):
             yield from _subtrees(part)
 
 
+_LONG_INTEGER = re.compile(r"[0-9]{19}")
+
+
+def shortcut_may_read(json_text: str | None) -> bool:
+    """Whether the shortcut may be asked about an item whose `item.data` (or `run.input`) is this JSON text:
+    CEL converts a variable whole at its first use, and an integer beyond 64 bits anywhere in it makes
+    every use of that variable an error. Nineteen digits in a row (an integer that may not fit, or merely
+    a long number or string) leave the item to CEL."""
+    return json_text is None or _LONG_INTEGER.search(json_text) is None
+
+
 @functools.lru_cache(maxsize=256)
 def shortcut(sources: tuple[str, ...]):
     """One Python function for a rule list (see above), or None when one `when` is beyond the part of
     CEL it models. Called with an item's variables (item_id, item_title, item_data, item_confidence,
     item_flags, run_input, capability), it returns the index of the first true rule, -1 when every rule
-    is false, and None when it cannot be sure (the caller asks CEL)."""
+    is false, and None when it cannot be sure (the caller asks CEL). Only for items whose data and run
+    input pass `shortcut_may_read`."""
     try:
         trees = [_Parser(source).parse() for source in sources]
     except _NotInPart:
