@@ -19,9 +19,9 @@ ROUNDS = int(os.environ.get("RQ_BENCH_ROUNDS", "3"))
 REUSE = os.environ.get("RQ_BENCH_REUSE_DB") == "1"
 
 
-def timed(call) -> tuple[float, float, object]:
+def timed(call, *args) -> tuple[float, float, object]:
     start, start_cpu = time.perf_counter(), time.process_time()
-    result = call()
+    result = call(*args)
     return time.perf_counter() - start, time.process_time() - start_cpu, result
 
 
@@ -49,7 +49,7 @@ def main():
         results = {}
         for _ in range(ROUNDS):
             for plain in (False, True):
-                wall, cpu, results[plain] = timed(lambda: call(plain))
+                wall, cpu, results[plain] = timed(call, plain)
                 figures[plain][0].append(wall)
                 figures[plain][1].append(cpu)
         same = [{k: v for k, v in results[plain].as_json().items() if k != "since"} for plain in (True, False)]
