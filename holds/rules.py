@@ -535,7 +535,10 @@ def _tokens(source: str) -> list[tuple[str, object]]:
         text = found.group(kind)
         if kind == "num":
             if "." in text or "e" in text or "E" in text:
-                out.append(("lit", float(text)))
+                value = float(text)
+                if value in (_INF, -_INF):
+                    raise _NotInPart(text)
+                out.append(("lit", value))
             else:
                 value = int(text)
                 if value > _INT64[1]:
@@ -549,6 +552,11 @@ def _tokens(source: str) -> list[tuple[str, object]]:
         else:
             out.append(("op", text))
     return out
+
+
+def _literal(value) -> tuple:
+    """A literal's node, its repr beside it: 1, 1.0 and true (equal in Python) are three subtrees."""
+    return ("lit", value, repr(value))
 
 
 class _Parser:
@@ -606,7 +614,7 @@ class _Parser:
             token = self.tokens[self.at] if self.at < len(self.tokens) else None
             if token and token[0] == "lit" and _number(token[1]) and not self.peek_after_literal():
                 self.at += 1
-                return ("lit", -token[1])
+                return _literal(-token[1])
             raise _NotInPart("minus")
         return self.member()
 
@@ -661,7 +669,7 @@ class _Parser:
         kind, value = self.tokens[self.at]
         self.at += 1
         if kind == "lit":
-            return ("lit", value)
+            return _literal(value)
         if kind == "op" and value == "(":
             tree = self.disjunction()
             self.take(")")
@@ -763,9 +771,14 @@ def shortcut(sources: tuple[str, ...]):
     is false, and None when it cannot be sure (the caller asks CEL). Only for items whose data and run
     input pass `shortcut_may_read`."""
     try:
-        trees = [_Parser(source).parse() for source in sources]
-    except _NotInPart:
+        return _shortcut(sources)
+    except (_NotInPart, SyntaxError, RecursionError, MemoryError, ValueError):
+        # Beyond the modelled part, or deeper than Python's parser or stack go (`!!!…` 300 times is valid CEL).
         return None
+
+
+def _shortcut(sources: tuple[str, ...]):
+    trees = [_Parser(source).parse() for source in sources]
     writer = _Writer()
     seen: dict[tuple, int] = {}
     for tree in trees:
@@ -773,18 +786,15 @@ def shortcut(sources: tuple[str, ...]):
             if sub[0] in ("sel", "has", "size", "double"):
                 seen[sub] = seen.get(sub, 0) + 1
     lines = []
-    try:
-        # Pure and total subtrees used more than once, smallest first (a selection before its uses).
-        for sub in sorted((s for s, n in seen.items() if n > 1), key=lambda s: len(repr(s))):
-            text = writer.expression(sub)
-            name = f"h{len(writer.hoisted)}"
-            lines.append(f"    {name} = {text}")
-            writer.hoisted[sub] = name
-        for n, tree in enumerate(trees):
-            lines.append(f"    r = {writer.expression(tree)}")
-            lines.append(f"    if r is not False:\n        return {n} if r is True else None")
-    except _NotInPart:
-        return None
+    # Pure and total subtrees used more than once, smallest first (a selection before its uses).
+    for sub in sorted((s for s, n in seen.items() if n > 1), key=lambda s: len(repr(s))):
+        text = writer.expression(sub)
+        name = f"h{len(writer.hoisted)}"
+        lines.append(f"    {name} = {text}")
+        writer.hoisted[sub] = name
+    for n, tree in enumerate(trees):
+        lines.append(f"    r = {writer.expression(tree)}")
+        lines.append(f"    if r is not False:\n        return {n} if r is True else None")
     arguments = "item_id, item_title, item_data, item_confidence, item_flags, run_input, capability"
     text = f"def evaluate({arguments}):\n" + "\n".join(lines) + "\n    return -1\n"
     namespace = {name: value for name, value in globals().items() if name.startswith("_")}

@@ -388,3 +388,34 @@ def test_a_grants_backtest_gives_the_same_with_the_shortcut(cap, when):
     _seed_decided(cap)
     out = _both(cap, grant_when=when)
     assert out["items"] == 2 * len(ITEMS_ASKED)
+
+
+@pytest.mark.parametrize(
+    "sources",
+    [
+        ("!" * 300 + "true",),  # valid CEL, deeper than Python's parser goes: CEL alone
+        (" && ".join(["item.data.n == 1"] * 100),),
+        ("double(1) == 1.0 && double(1.0) == 1.0", "size('ab') == 2 && double(item.data.n) == double(1)"),
+        ("item.data.f < 1e300", "item.data.n == -0.0 || double(-0) == 0.0"),
+    ],
+)
+def test_long_deep_and_look_alike_expressions(sources):
+    """Never an exception, and equal-looking literals (1, 1.0, true) are not taken for one another."""
+    for source in sources:
+        compile_when(source)
+    function = shortcut(sources)
+    if sources[0].startswith("!!!"):
+        assert function is None
+        return
+    assert function is not None
+    _agrees(list(sources), {"sure": 0, "unsure": 0, "true": 0, "false": 0})
+
+
+def test_characters_seen_plain_skip_the_scan_and_others_never_join_them():
+    from holds.rules import _PLAIN_CHARACTERS
+
+    for _ in range(2):  # the second time from what the first one learnt
+        assert item_flags("i", "Acme · Café", {}) == []
+        assert item_flags("i", "Pаypal · Café", {}) == ["mixed_scripts"]
+        assert item_flags("i", "Acme\u200b · Café", {}) == ["hidden_characters"]
+    assert {"·", "é"} <= _PLAIN_CHARACTERS and not {"а", "\u200b"} & _PLAIN_CHARACTERS
