@@ -5,6 +5,10 @@ those how many a person decided otherwise (edited, rejected, feedback, or approv
 One statement: the capability's decided holds by the `hold_decided_by_capability` index, their items
 by the items' (hold, position) key; the run's input is read only when an expression names `run`.
 Items that a rule or grant decided are not people's decisions and are left out.
+
+The rules are evaluated by rules.shortcut (Python) where it is sure of CEL's answer, by CEL otherwise:
+the same results either way (tests/performance/test_backtest_shortcuts.py), about 4x less CPU
+(docs/benchmarks-notes.md). `plain=True` evaluates every item through CEL.
 """
 
 import json
