@@ -60,10 +60,16 @@ ITEMS = [
     {"payee": None, "amount": " 1", "n": 2**63, "f": 1e308, "ok": None, "m": "text"},
     {"payee": "", "amount": "1e999", "n": 2**64, "f": 3, "ok": "true", "tags": "abc"},
     {"payee": "Acme", "amount": "1e-400", "n": 0, "f": 0.95, "ok": True, "tags": ["x", "y"], "m": [1]},
+    {"payee": "Acme", "amount": "-0", "n": 1, "f": 0.5, "ok": True, "tags": ["x"], "m": {"k": "v"}},
+    {"payee": "Acme", "amount": "1e+3", "n": 2, "f": 1.0, "ok": True, "m": {"k": "v"}},
+    {"payee": "Acme", "amount": "1e-320", "n": 3, "f": 2.5},
     {"amount": "nan", "n": 1.0, "f": "0.5"},
     {"payee": "Refund Acme", "amount": "-0.25", "n": 9007199254740992, "f": 9007199254740993.0},
     {"payee": "Acme", "amount": True, "n": [1], "f": {"x": 1}, "ok": {"x": True}},
     {"payee": "Aç", "amount": "0.4", "n": 1, "f": 0.4, "ok": True, "tags": ["Refund"], "m": {"k": "Refund 1"}},
+    {"payee": "Acme", "amount": "1E3", "n": 9007199254740993, "f": -1e-3},
+    {"payee": "Acme", "amount": "007.5", "n": -0, "f": 1e-320},
+    {"payee": "Acme", "amount": "9007199254740993", "f": 0.1, "ok": False, "tags": ["Refund", "x"]},
     {},
 ]
 CONTEXTS = [
