@@ -6,7 +6,7 @@
   without. Goal: <= 1.15x (ratio of median per-ask times).
 - A backtest of those 20 rules over 100,000 recorded human decisions (50,000 decided holds of 2 items,
   seeded as bench/seeding.py seeds them). Goal: <= 2 s (median of 3). The rules are within the part of
-  CEL that holds/rules.py's shortcut evaluates in Python; bench/profile_backtest.py sets it beside CEL alone.
+  CEL that holds/rules_shortcut.py evaluates in Python; bench/profile_backtest.py sets it beside CEL alone.
 The rules page at 1,000,000 decided holds vs 1,000 is measured with the other pages (bench/pages.py).
 """
 

@@ -6,7 +6,7 @@ One statement: the capability's decided holds by the `hold_decided_by_capability
 by the items' (hold, position) key; the run's input is read only when an expression names `run`.
 Items that a rule or grant decided are not people's decisions and are left out.
 
-The rules are evaluated by rules.shortcut (Python) where it is sure of CEL's answer, by CEL otherwise:
+The rules are evaluated by rules_shortcut.shortcut (Python) where it is sure of CEL's answer, by CEL otherwise:
 the same results either way (tests/performance/test_backtest_shortcuts.py), about 4x less CPU
 (docs/benchmarks-notes.md). `plain=True` evaluates every item through CEL.
 """
@@ -29,10 +29,9 @@ from .rules import (
     item_context,
     item_flags,
     lowest_confidence,
-    shortcut,
-    shortcut_may_read,
     uses_flags,
 )
+from .rules_shortcut import shortcut, shortcut_may_read
 from .services import gateway, sql
 
 DAYS = 90
@@ -102,7 +101,7 @@ class Backtest:
 
 def _rows(capability: Capability, since, with_input: bool):
     """(hold id, item id, title, data, data's JSON text, lowest confidence, offers approve, person's
-    action, run input, whether rules.shortcut may read it) per item, by services.sql.backtest_rows's
+    action, run input, whether rules_shortcut may read it) per item, by services.sql.backtest_rows's
     one statement."""
     rows = gateway.fetch(sql.backtest_rows(with_input), [capability.pk, since, MAX_ITEMS])
     loads = json.loads  # as HoldItem.data and the run's input are read (ExactJSONField, JSONField)
@@ -154,7 +153,7 @@ def backtest(
     expressions = [expression for _, expression, _, _ in candidates]
     combined = compile_list(tuple(sources)) if rules else None
     flags = uses_flags(sources)
-    # The rules as one Python function when each is within the part of CEL it models (rules.shortcut):
+    # The rules as one Python function when each is within the part of CEL it models (rules_shortcut):
     # an item it is sure of skips CEL; one it is not sure of goes through CEL as before.
     fast = None if plain else shortcut(tuple(sources))
     name = capability.name

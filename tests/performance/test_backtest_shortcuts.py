@@ -1,5 +1,5 @@
 """The backtest's shortcuts (holds/backtest.py, issue 33 performance) give what the long way gives:
-item.flags from the data's JSON text, and the per-character caches of the flag scan; and rules.shortcut,
+item.flags from the data's JSON text, and the per-character caches of the flag scan; and rules_shortcut.shortcut,
 the rules evaluated in Python, against cel-expr-python itself on the same items."""
 
 import json
@@ -7,18 +7,8 @@ import random
 
 import pytest
 
-from holds.rules import (
-    _U,
-    activation,
-    compile_list,
-    compile_when,
-    first_true,
-    item_context,
-    item_flags,
-    lowest_confidence,
-    shortcut,
-    shortcut_may_read,
-)
+from holds.rules import activation, compile_list, compile_when, first_true, item_context, item_flags, lowest_confidence
+from holds.rules_shortcut import _U, shortcut, shortcut_may_read
 
 DATA = [
     {"payee": "Acme", "amount": "12.50"},
@@ -50,7 +40,7 @@ def test_lowest_confidence():
     assert lowest_confidence({"a": "x"}) is None and lowest_confidence({}) is None
 
 
-# --- rules.shortcut: the backtest's Python evaluation gives what CEL gives, or says it cannot ------------
+# --- rules_shortcut.shortcut: the backtest's Python evaluation gives what CEL gives, or says it cannot ------------
 
 
 ITEMS = [
