@@ -6,9 +6,9 @@ One statement: the capability's decided holds by the `hold_decided_by_capability
 by the items' (hold, position) key; the run's input is read only when an expression names `run`.
 Items that a rule or grant decided are not people's decisions and are left out.
 
-The rules are evaluated by rules_shortcut.shortcut (Python) where it is sure of CEL's answer, by CEL otherwise:
-the same results either way (tests/performance/test_backtest_shortcuts.py), about 4x less CPU
-(docs/benchmarks-notes.md). `plain=True` evaluates every item through CEL.
+The rules are evaluated by rules_shortcut.shortcut (Python) where it is sure of CEL's answer, by CEL
+otherwise: the same results either way (tests/performance/test_backtest_shortcuts.py), about 4x less
+CPU (docs/benchmarks-notes.md). `plain=True` evaluates every item through CEL.
 """
 
 import json
@@ -161,6 +161,7 @@ def backtest(
         capability, result.since, with_input
     ):
         result.items += 1
+        found = None
         if fast is not None and sure:
             found = fast(
                 item_id,
@@ -171,16 +172,12 @@ def backtest(
                 run_input if run_input is not None else {},
                 name,
             )
-            if found is not None:
-                index, errors = (found if found >= 0 else None), {}
-            else:
-                index, errors = _by_cel(
-                    expressions, combined, item_id, title, data, data_text, lowest, run_input, name, flags
-                )
-        else:
+        if found is None:  # CEL: no shortcut, or one not sure of this item
             index, errors = _by_cel(
                 expressions, combined, item_id, title, data, data_text, lowest, run_input, name, flags
             )
+        else:
+            index, errors = (found if found >= 0 else None), {}
         for n, error in errors.items():
             outcome = result.by_rule[candidates[n][0]]
             outcome.errors += 1
