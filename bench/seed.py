@@ -16,6 +16,7 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--capabilities", type=int, default=5)
     parser.add_argument("--items", type=int, default=2)
     parser.add_argument("--due", action="store_true", help="every pending hold is past its expiry")
+    parser.add_argument("--decided", action="store_true", help="every hold decided (the backtest's history)")
     options = parser.parse_args(argv)
     if not 1 <= options.items <= 100 or options.holds < 1 or options.capabilities < 1:
         parser.error("--holds and --capabilities at least 1, --items from 1 to 100")
@@ -31,6 +32,7 @@ def main(argv: list[str] | None = None) -> dict:
         capability_count=options.capabilities,
         items=options.items,
         due=options.due,
+        **({"mix": (0.0, 1.0, 0.0)} if options.decided else {}),
         progress=lambda n: print(f"  {n} holds", file=sys.stderr),
     )
     elapsed = time.monotonic() - start
