@@ -4,8 +4,10 @@ The agent is built on the official `a2a-sdk` server and listens on host1's root-
 it a message, it asks for input (`input-required`), and each decision comes back as a follow-up message on
 the same task, sent by whichever host's worker took the resume; host1 is lost midway while it is sending
 some. Every SendMessage the agent receives is kept (task id, message id, sender), so exactly once is
-checked the way the agent sees it: one follow-up message per held task, its message id the resume's, and
-the only re-sends those host1 had begun when it was lost (SPEC, "Past one machine").
+checked the way the agent sees it: one first message per run (the starts the agent answers only after the
+capability's timeout are sent again, and adopt the task their first send made), one follow-up message per
+held task, its message id the resume's, and the only re-sends those host1 had begun when it was lost (SPEC,
+"Past one machine").
 """
 
 import asyncio
@@ -61,6 +63,10 @@ RUNS = 200
 BATCH = 100
 TIMEOUT = 8  # the capability's timeout; a lease is this plus RQ_LEASE_GRACE
 AGENT_DELAY = 0.2  # seconds the agent takes over a decision, so that some are in flight when host1 dies
+# Runs whose first message the agent takes (its task stored) but answers only after the capability's timeout:
+# their start is sent again, and must find that task rather than make a second (the run's 201st first message).
+SLOW = 2
+SLOW_DELAY = TIMEOUT + 3
 APPROVE = {"items": [{"id": "input", "action": "approve"}]}
 
 
@@ -69,6 +75,7 @@ class Invoices(AgentExecutor):
 
     def __init__(self):
         self.acted: Counter = Counter()  # task id -> follow-ups it acted on
+        self.seen: set[str] = set()  # first messages' ids: a slow one is slow the first time only
 
     async def execute(self, context: RequestContext, event_queue: EventQueue) -> None:
         up = TaskUpdater(event_queue=event_queue, task_id=context.task_id, context_id=context.context_id)
@@ -77,6 +84,10 @@ class Invoices(AgentExecutor):
             await event_queue.enqueue_event(
                 Task(id=context.task_id, context_id=context.context_id, status=submitted, history=[context.message])
             )
+            slow = any(p.HasField("data") and "slow" in p.data.struct_value.fields for p in context.message.parts)
+            if slow and context.message.message_id not in self.seen:
+                self.seen.add(context.message.message_id)
+                await asyncio.sleep(SLOW_DELAY)
             question = Part()
             question.data.struct_value.update({"invoice": context.task_id})
             await up.requires_input(message=up.new_agent_message(parts=[Part(text="Pay it?"), question]))
@@ -223,7 +234,9 @@ def _run(procs: Processes, hosts: list[Host], agent: RecordingAgent, report: dic
         with ThreadPoolExecutor(8) as pool:
             for at in range(0, RUNS, BATCH):
                 started += pool.map(
-                    lambda n: clients[f"host{n % 2 + 1}"].post("/v0/runs", json={"capability": cap.name, "input": {}}),
+                    lambda n: clients[f"host{n % 2 + 1}"].post(
+                        "/v0/runs", json={"capability": cap.name, "input": {"slow": True} if n < SLOW else {}}
+                    ),
                     range(at, at + BATCH),
                 )
                 wait_until(lambda at=at: Hold.objects.count() == at + BATCH, 90, f"{at + BATCH} holds")
@@ -234,6 +247,8 @@ def _run(procs: Processes, hosts: list[Host], agent: RecordingAgent, report: dic
         # Starts claimed again (a timed-out send retried): each adopts the task its first send made.
         report["starts_sent_again"] = starts.filter(attempts__gt=1).count()
         assert set(firsts) == {h.inside for h in hosts} and sum(firsts.values()) == RUNS, firsts
+        slow = [i.attempts for i in starts.select_related("run") if i.run.input.get("slow")]
+        assert len(slow) == SLOW and min(slow) > 1, f"a slow start was not sent again: attempts {slow}"
 
         # Decisions through both hosts; midway, while host1 is sending follow-ups, host1 is lost.
         holds = list(Hold.objects.order_by("?").values_list("pk", flat=True))
