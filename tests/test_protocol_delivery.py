@@ -124,3 +124,44 @@ def test_an_a2a_start_sent_again_after_its_answer_was_lost_makes_no_second_task(
         assert [t["id"] for t in agent_tasks(agent)] == [task["id"]] == [start_task(run)]
     finally:
         agent.served.stop()
+
+
+def test_an_a2a_agent_that_cannot_list_tasks_gets_the_start_again(monkeypatch):
+    """The limit decisions.md names: without ListTasks (A2A's unsupported operation) the re-send is sent,
+    and the run goes on with the task it makes."""
+    from a2a.server.request_handlers import DefaultRequestHandler
+    from a2a.utils.errors import UnsupportedOperationError
+
+    async def unsupported(self, params, context):
+        raise UnsupportedOperationError("ListTasks is not offered")
+
+    monkeypatch.setattr(DefaultRequestHandler, "on_list_tasks", unsupported)
+    agent = A2AAgent()
+    agent.executor.delay = 2.0
+    try:
+        cap = factories.capability(name="paying", endpoint=agent.url, protocol="a2a", timeout_seconds=1.0)
+        run = factories.start_run(cap, input={"invoice": "INV-1"})
+        start = Invocation.objects.get(run=run)
+        assert delivery.deliver(start.id) == "retry"
+        agent.executor.delay = 0.0
+        due_now(start)
+        assert delivery.deliver(start.id) == "answered"
+        assert Run.objects.get(pk=run.pk).status == "held" and Hold.objects.filter(run=run).count() == 1
+        assert len(agent.executor.inputs) == 2
+    finally:
+        agent.served.stop()
+
+
+def test_a_claim_says_whether_an_earlier_attempt_was_sent():
+    """What makes an A2A start look for the task of an earlier send: not on its first claim, nor after a
+    claim handed back unsent (deferred), but after a send whose lease ran out."""
+    cap = factories.capability(name="paying", endpoint="http://127.0.0.1:9", protocol="a2a")
+    start = Invocation.objects.get(run=factories.start_run(cap))
+    first = services.invocation_claim(invocation_id=start.id)
+    assert (first.attempt, first.sent_before) == (1, False)
+    services.invocation_defer(invocation_id=start.id, attempt=1, wait=0, reason="deferred: busy")
+    again = services.invocation_claim(invocation_id=start.id)
+    assert (again.attempt, again.sent_before) == (1, False)
+    Invocation.objects.filter(pk=start.pk).update(lease_until=timezone.now() - timedelta(seconds=1))
+    taken_over = services.invocation_claim(invocation_id=start.id)
+    assert (taken_over.attempt, taken_over.sent_before) == (2, True)

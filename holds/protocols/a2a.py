@@ -125,18 +125,20 @@ def context_for(invocation: Invocation) -> str:
 def _started_task(call: "_Call", url: str, invocation: Invocation) -> dict | None:
     """The task that an earlier send of this start made (GetTask's answer), or None when there is none
     (or the agent cannot list tasks: then the start is sent again, as before)."""
+    context = context_for(invocation)
     try:
-        listed = call.rpc(
-            url, "ListTasks", {"contextId": context_for(invocation), "includeArtifacts": True}, invocation.id
-        )
+        listed = call.rpc(url, "ListTasks", {"contextId": context, "includeArtifacts": True}, invocation.id)
     except Refused as exc:
         if exc.code in UNSUPPORTED_RPC:
             return None
         raise
-    tasks = [t for t in listed.get("tasks") or [] if isinstance(t, dict) and t.get("id")]
+    # The context is this run's alone (an agent that ignores the filter lists others' tasks too, and one
+    # that names its own contexts lists none of ours); the task whose history holds the start made it.
+    tasks = [
+        t for t in listed.get("tasks") or [] if isinstance(t, dict) and t.get("id") and t.get("contextId") == context
+    ]
     if not tasks:
         return None
-    # The context is this run's alone; the task whose history holds the start is the one it made.
     task = next((t for t in tasks if _took(t, invocation.id)), tasks[0])
     return call.rpc(url, "GetTask", {"id": task["id"]}, invocation.id)
 
