@@ -4,6 +4,9 @@
   JSON-RPC URL, and it must offer push notifications.
 - A start sends `SendMessage` with the run's input as a data part, and registers Review Queue's push URL
   with a token only Review Queue can make (auth.push_token_for), so that nothing waits on a stream.
+  Its message id is the start invocation's and its context id is named after it (`context_for`): a start
+  sent again after an earlier send (a timeout, a lost worker) first asks `ListTasks` for that context and
+  adopts the task found, so the agent makes one task per run.
 - `input-required`: a hold of one item (the status message's text as title, its data parts as data).
   The decision is a follow-up message on the same task: a data part `{approved, data, comment}` (and a
   text part saying the same, for agents that read text).
@@ -33,6 +36,8 @@ VERSION = "1.0"
 CARD_PATH = "/.well-known/agent-card.json"
 # JSON-RPC errors that another attempt may not meet: internal errors and the server being busy.
 RETRYABLE_RPC = {-32603, -32000}
+# An agent without ListTasks: method not found, or A2A's unsupported operation.
+UNSUPPORTED_RPC = {-32601, -32004}
 FAILED = {TaskState.TASK_STATE_FAILED, TaskState.TASK_STATE_CANCELED, TaskState.TASK_STATE_REJECTED}
 
 _cards: dict[str, str] = {}
@@ -65,7 +70,18 @@ def exchange(claim: services.Claim, client: httpx.Client, *, signed_headers, cla
             result = call.rpc(url, "GetTask", {"id": task["task_id"]}, invocation.id)
             return _outcome(invocation, {"task": result}, attempt)
         if invocation.kind == Invocation.Kind.START:
-            message = Message(role=Role.ROLE_USER, message_id=invocation.id, parts=[_data_part(run.input)])
+            if claim.sent_before:
+                # An earlier send may have reached the agent, which then made the task (a start names
+                # none, and an agent does not dedupe message ids): adopt that task rather than send again.
+                found = _started_task(call, url, invocation)
+                if found is not None:
+                    return _outcome(invocation, {"task": found}, attempt)
+            message = Message(
+                role=Role.ROLE_USER,
+                message_id=invocation.id,
+                context_id=context_for(invocation),
+                parts=[_data_part(run.input)],
+            )
         else:
             task = asking_answer(invocation).get("a2a") or {}
             if not task.get("task_id"):
@@ -93,7 +109,38 @@ def exchange(claim: services.Claim, client: httpx.Client, *, signed_headers, cla
 
 
 class Refused(Unanswered):
-    """The agent answered with a JSON-RPC error."""
+    """The agent answered with a JSON-RPC error (`code`)."""
+
+    def __init__(self, outcome: services.Outcome, code=None):
+        super().__init__(outcome)
+        self.code = code
+
+
+def context_for(invocation: Invocation) -> str:
+    """The A2A context of a run: named by Review Queue, after the run's start invocation, so that every
+    send of the start names the same context and a re-send can find the task an earlier send made."""
+    return f"rq-{invocation.id}"
+
+
+def _started_task(call: "_Call", url: str, invocation: Invocation) -> dict | None:
+    """The task that an earlier send of this start made (GetTask's answer), or None when there is none
+    (or the agent cannot list tasks: then the start is sent again, as before)."""
+    context = context_for(invocation)
+    try:
+        listed = call.rpc(url, "ListTasks", {"contextId": context, "includeArtifacts": True}, invocation.id)
+    except Refused as exc:
+        if exc.code in UNSUPPORTED_RPC:
+            return None
+        raise
+    # The context is this run's alone (an agent that ignores the filter lists others' tasks too, and one
+    # that names its own contexts lists none of ours); the task whose history holds the start made it.
+    tasks = [
+        t for t in listed.get("tasks") or [] if isinstance(t, dict) and t.get("id") and t.get("contextId") == context
+    ]
+    if not tasks:
+        return None
+    task = next((t for t in tasks if _took(t, invocation.id)), tasks[0])
+    return call.rpc(url, "GetTask", {"id": task["id"]}, invocation.id)
 
 
 class _Call:
@@ -148,7 +195,7 @@ class _Call:
             error = answer["error"]
             text = f"the agent answered {method} with JSON-RPC error {error.get('code')}: {error.get('message')}"
             retry = error.get("code") in RETRYABLE_RPC
-            raise Refused(self.attempt.retry(text) if retry else self.attempt.fatal(text))
+            raise Refused(self.attempt.retry(text) if retry else self.attempt.fatal(text), error.get("code"))
         if not isinstance(answer.get("result"), dict):
             raise Unanswered(self.attempt.retry(f"not A2A: {method}'s answer has no result object"))
         return answer["result"]

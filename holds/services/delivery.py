@@ -29,6 +29,9 @@ from .runs import finish_run
 class Claim:
     invocation: Invocation
     attempt: int
+    # An earlier attempt was sent (its answer lost, or a worker lost while it waited): it may have
+    # reached the agent. The first claim of an invocation is the one that sets first_sent_at.
+    sent_before: bool = False
 
 
 # What a send reads, in the order sql.CLAIM returns it; any other field loads on first use.
@@ -83,7 +86,7 @@ def invocation_claim(*, invocation_id: str) -> Claim | None:
         # A run is held from its suspended answer until its resume is first sent; from then on
         # the resume is the run's current invocation.
         run.status, run.seq = Run.Status.RUNNING, invocation.seq
-    return Claim(invocation=invocation, attempt=invocation.attempts)
+    return Claim(invocation=invocation, attempt=invocation.attempts, sent_before=invocation.first_sent_at != now)
 
 
 def _fail_parked_eval_run(run: Run, invocation: Invocation) -> None:

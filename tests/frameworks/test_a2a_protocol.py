@@ -42,6 +42,7 @@ class Payments(AgentExecutor):
 
     def __init__(self):
         self.inputs, self.decisions, self.mode = [], [], "ok"
+        self.delay = 0.0  # seconds from taking a start (its task stored, submitted) to asking for input
 
     async def execute(self, context: RequestContext, event_queue: EventQueue) -> None:
         up = TaskUpdater(event_queue=event_queue, task_id=context.task_id, context_id=context.context_id)
@@ -58,6 +59,7 @@ class Payments(AgentExecutor):
             if self.mode == "fail":
                 await up.failed(message=up.new_agent_message(parts=[Part(text="the ledger is closed")]))
                 return
+            await asyncio.sleep(self.delay)
             question = Part()
             question.data.struct_value.update({"invoice": "INV-1", "amount": 120})
             await up.requires_input(message=up.new_agent_message(parts=[Part(text="Pay INV-1 120?"), question]))
