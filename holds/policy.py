@@ -367,6 +367,15 @@ def quorum_pool(capability: Capability, quorum: dict) -> int:
     return people + accounts
 
 
+def quorum_unmeetable(capability: Capability, quorum: dict) -> str | None:
+    """Why this quorum (the capability's own, or a rule's `then`) could never be met on this capability,
+    or None. Asked on every save of either: agentos.yaml, the rules page and the API."""
+    pool = quorum_pool(capability, quorum)
+    if pool < quorum["approvals"]:
+        return f"needs {quorum['approvals']} approvals but only {pool} people or service accounts may give one"
+    return None
+
+
 # --- escalation and delegation (issue 34) -----------------------------------------------------------
 
 

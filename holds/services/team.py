@@ -11,7 +11,7 @@ from ..auth import Actor, new_service_key
 from ..config import new_secret
 from ..errors import Conflict, Invalid, NotFound
 from ..models import AuditKind, Capability, Membership, Role, ServiceAccount, SlackLink
-from ..policy import may_delegate, may_manage_team, quorum_pool, require
+from ..policy import may_delegate, may_manage_team, quorum_unmeetable, require
 from ..words import ActorKind
 from .audit import audit
 from .rules import current_rule_set, rules_save
@@ -56,16 +56,9 @@ def capabilities_sync(*, specs, actor: Actor) -> list[tuple[str, bool, str | Non
             for key, value in values.items():
                 setattr(capability, key, value)
             capability.from_file = sorted(spec.values)
-            if capability.quorum and quorum_pool(capability, capability.quorum) < capability.quorum["approvals"]:
-                raise Invalid(
-                    [
-                        {
-                            "field": f"{spec.name}.quorum",
-                            "message": f"needs {capability.quorum['approvals']} approvals but only "
-                            f"{quorum_pool(capability, capability.quorum)} people or service accounts may give one",
-                        }
-                    ]
-                )
+            unmeetable = capability.quorum and quorum_unmeetable(capability, capability.quorum)
+            if unmeetable:
+                raise Invalid([{"field": f"{spec.name}.quorum", "message": unmeetable}])
             capability.save()
             changed = sorted(k for k in values if k != "secret" and before.get(k) != values[k]) if before else []
             if created or changed:
@@ -73,7 +66,11 @@ def capabilities_sync(*, specs, actor: Actor) -> list[tuple[str, bool, str | Non
             if rules is not None:
                 current = current_rule_set(capability)
                 if current is None or current.rules != rules:
-                    rules_save(capability=capability, rules=rules, actor=actor)
+                    try:
+                        rules_save(capability=capability, rules=rules, actor=actor)
+                    except Invalid as exc:  # a rule's quorum the team cannot meet: name the capability
+                        errors = [{**e, "field": f"{spec.name}.{e.get('field', 'rules')}"} for e in exc.errors]
+                        raise Invalid(errors, exc.message) from None
             results.append((spec.name, created, generated))
     return results
 
