@@ -47,7 +47,9 @@ def away_of(user) -> Membership:
 def test_it_sets_and_clears_my_own_out_of_office_from_the_menu(client, team):
     client.force_login(team["ann"])
     queue = client.get("/").content.decode()
-    assert 'href="/away"' in queue and ">Out of office</a>" in queue
+    # The person's name in the top bar is their menu: it opens their out-of-office.
+    assert '<a class="who" href="/away"' in queue and " · out of office</span></a>" in queue
+    assert 'role-away' not in queue
     page = client.get("/away")
     assert page.status_code == 200
     text = page.content.decode()
@@ -58,7 +60,7 @@ def test_it_sets_and_clears_my_own_out_of_office_from_the_menu(client, team):
     assert saved.redirect_chain == [("/away", 303)]
     shown = html.unescape(saved.content.decode())
     assert "You are out of office from" in shown and "bob stands in, acting for you" in shown
-    assert 'data-away-state="away"' in shown
+    assert 'data-away-state="away"' in shown and '<span class="role role-away">away</span>' in shown
     membership = away_of(team["ann"])
     assert membership.delegate == team["bob"] and membership.away_until > timezone.now() + dt.timedelta(hours=71)
     (event,) = AuditEvent.objects.filter(kind=AuditKind.PERSON_AWAY_SET)
