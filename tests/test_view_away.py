@@ -49,7 +49,7 @@ def test_it_sets_and_clears_my_own_out_of_office_from_the_menu(client, team):
     queue = client.get("/").content.decode()
     # The person's name in the top bar is their menu: it opens their out-of-office.
     assert '<a class="who" href="/away"' in queue and " · out of office</span></a>" in queue
-    assert 'role-away' not in queue
+    assert "role-away" not in queue
     page = client.get("/away")
     assert page.status_code == 200
     text = page.content.decode()
