@@ -170,6 +170,13 @@ class Membership(models.Model):
     def __str__(self) -> str:
         return f"{self.user} ({self.role})"
 
+    @property
+    def is_away_now(self) -> bool:
+        """Within an out-of-office window with a delegate (the top bar's "away" mark)."""
+        if self.away_from is None or self.away_until is None or self.delegate_id is None:
+            return False
+        return self.away_from <= datetime.now(UTC) < self.away_until
+
 
 class ServiceAccount(models.Model):
     name = models.CharField(max_length=100, unique=True)

@@ -92,6 +92,8 @@ def document() -> dict:
         schemas.GrantOut,
         schemas.GrantCreatedOut,
         schemas.GrantListOut,
+        schemas.AwayIn,
+        schemas.AwayOut,
     ]
     components: dict = {}
     for model in models:
@@ -418,6 +420,24 @@ def document() -> dict:
                 security=KEY + SESSION,
                 params=[grant_id],
                 responses={"200": _json(schemas.GrantOut, "the revoked grant"), **_errors(401, 403, 404)},
+            ),
+        },
+        "/v0/me/away": {
+            "get": _op(
+                "Read your out-of-office window and delegate (a signed-in person; keys and tokens name nobody)",
+                security=SESSION,
+                responses={"200": _json(schemas.AwayOut, "the window, or nulls"), **_errors(401, 403)},
+            ),
+            "put": _op(
+                "Set your out-of-office: notifications and escalations go to the delegate, 'acting for' you",
+                security=SESSION,
+                body=schemas.AwayIn,
+                responses={"200": _json(schemas.AwayOut, "the window"), **_errors(400, 401, 403, 413, 422)},
+            ),
+            "delete": _op(
+                "End your out-of-office now",
+                security=SESSION,
+                responses={"200": _json(schemas.AwayOut, "nulls"), **_errors(401, 403)},
             ),
         },
         "/v0/invocations/{invocation_id}/retry": {

@@ -3,7 +3,7 @@
 from django.urls import path
 
 from . import health, metrics
-from .web import audit, ops, team
+from .web import audit, away, ops, team
 
 urlpatterns = [
     path("team", team.team, name="team"),
@@ -11,6 +11,7 @@ urlpatterns = [
     path("team/people/<int:user_id>/role", team.person_role, name="team-person-role"),
     path("team/people/<int:user_id>/active", team.person_active, name="team-person-active"),
     path("team/people/<int:user_id>/slack", team.person_slack, name="team-person-slack"),
+    path("team/people/<int:user_id>/away", away.person_away, name="team-person-away"),
     path("team/accounts", team.account_add, name="team-account-add"),
     path("team/accounts/<int:account_id>/role", team.account_role, name="team-account-role"),
     path("team/accounts/<int:account_id>/revoke", team.account_revoke, name="team-account-revoke"),

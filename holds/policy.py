@@ -14,7 +14,7 @@ from django.db.models.expressions import RawSQL
 from django.utils import timezone
 
 from .auth import Actor, role_of_user
-from .errors import Conflict, Forbidden, NotFound
+from .errors import Conflict, Forbidden, Invalid, NotFound
 from .models import Capability, Hold, Role, Run, RunFile, ServiceAccount
 from .words import ActorKind
 
@@ -367,6 +367,15 @@ def quorum_pool(capability: Capability, quorum: dict) -> int:
     return people + accounts
 
 
+def quorum_unmeetable(capability: Capability, quorum: dict) -> str | None:
+    """Why this quorum (the capability's own, or a rule's `then`) could never be met on this capability,
+    or None. Asked on every save of either: agentos.yaml, the rules page and the API."""
+    pool = quorum_pool(capability, quorum)
+    if pool < quorum["approvals"]:
+        return f"needs {quorum['approvals']} approvals but only {pool} people or service accounts may give one"
+    return None
+
+
 # --- escalation and delegation (issue 34) -----------------------------------------------------------
 
 
@@ -410,18 +419,48 @@ def _capabilities_of(role: str | None) -> set[int]:
     return {c.pk for c in Capability.objects.only("pk", "approvers") if role in (c.approvers or [])}
 
 
-def may_delegate(actor: Actor, person, delegate) -> Forbidden | None:
-    """A person sets their own out-of-office (an admin may set anyone's); the delegate must be another
-    active person who already may decide every capability the person may."""
-    if actor.kind != ActorKind.SYSTEM and not actor.is_admin and (actor.user is None or actor.user.pk != person.pk):
-        return Forbidden("a person sets their own out-of-office; admins may set anyone's")
-    if delegate is None or not delegate.is_active or delegate.pk == person.pk:
-        return Forbidden("the delegate must be another active person")
+def may_set_away(actor: Actor, person) -> Forbidden | None:
+    """A person sets (and clears) their own out-of-office; an admin may set anyone's (the team page).
+    Service accounts and runs have no out-of-office of their own."""
+    if actor.kind == ActorKind.SYSTEM or (actor.kind in (ActorKind.USER, ActorKind.ACCOUNT) and actor.is_admin):
+        return None
+    if actor.kind == ActorKind.USER and actor.role is not None and actor.user.pk == person.pk:
+        return None
+    return Forbidden("a person sets their own out-of-office; admins may set anyone's")
+
+
+def _stands_in_roles(role: str | None) -> set[str]:
+    """The roles whose holders already may decide every capability that `role` may decide."""
+    mine = _capabilities_of(role)
+    return {other for other in (Role.ADMIN, Role.MEMBER, Role.VIEWER) if mine <= _capabilities_of(other)}
+
+
+def may_stand_in(person, delegate) -> Invalid | None:
+    """The delegate of an out-of-office window: another active person who already may decide every
+    capability `person` may. Delegation never grants a role, so anyone else is refused (a 422 on the
+    `delegate` the form or body named)."""
+    if delegate is None:
+        return Invalid([{"field": "delegate", "message": "choose another person who stands in for you"}])
+    if delegate.pk == person.pk:
+        return Invalid([{"field": "delegate", "message": "the delegate must be another person, not yourself"}])
+    if not delegate.is_active:
+        return Invalid([{"field": "delegate", "message": f"{delegate.username} is deactivated"}])
     missing = _capabilities_of(role_of_user(person)) - _capabilities_of(role_of_user(delegate))
     if missing:
         names = ", ".join(sorted(Capability.objects.filter(pk__in=missing).values_list("name", flat=True)))
-        return Forbidden(f"{delegate.username} may not decide {names}; delegation never grants a role")
+        message = f"{delegate.username} may not decide {names}; delegation never grants a role"
+        return Invalid([{"field": "delegate", "message": message}])
     return None
+
+
+def stand_ins(person):
+    """The people who may stand in for `person` (may_stand_in's answer for each, in one query): the
+    choices the out-of-office page offers."""
+    roles = _stands_in_roles(role_of_user(person))
+    by_role = Q(is_superuser=False, membership__role__in=roles)
+    if Role.ADMIN in roles:
+        by_role |= Q(is_superuser=True)
+    return get_user_model().objects.filter(by_role, is_active=True).exclude(pk=person.pk).order_by("username")
 
 
 def require(refusal: Exception | None) -> None:

@@ -732,3 +732,26 @@ class GrantCreatedOut(GrantOut):
 
 class GrantListOut(BaseModel):
     grants: list[GrantOut]
+
+
+# --- out of office (issue 34 delegation) --------------------------------------------------------------
+
+
+class AwayIn(Strict):
+    away_from: str = Field(description="ISO 8601 with offset: when the out-of-office starts")
+    away_until: str = Field(description="ISO 8601 with offset: after away_from, not already past")
+    delegate: Annotated[str, StringConstraints(min_length=1, max_length=150)] = Field(
+        description="the username of another active person who already may decide every capability you may"
+    )
+
+
+def validate_away(body: Any) -> tuple[AwayIn | None, list[dict]]:
+    return _pydantic_errors(AwayIn, body)
+
+
+class AwayOut(BaseModel):
+    username: str
+    away_from: str | None
+    away_until: str | None
+    delegate: str | None = Field(description="who is told in your stead, 'acting for' you, within the window")
+    away_now: bool = Field(description="whether the window is on now")

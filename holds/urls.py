@@ -1,7 +1,7 @@
 from django.contrib.auth import views as auth_views
 from django.urls import path
 
-from .web import app, calibration, claims, confidence, evals, extend, grants, hold, login, queue, rules, slack
+from .web import app, away, calibration, claims, confidence, evals, extend, grants, hold, login, queue, rules, slack
 
 urlpatterns = [
     path("login/", login.login, name="login"),
@@ -12,6 +12,7 @@ urlpatterns = [
     path("push/subscriptions", app.push_subscriptions, name="push-subscriptions"),
     path("slack/interactions", slack.interactions, name="slack-interactions"),
     path("history", queue.history, name="history"),
+    path("away", away.away, name="away"),
     path("holds/<str:hold_id>", hold.hold_page, name="hold"),
     path("holds/<str:hold_id>/review", hold.hold_review, name="hold-review"),
     path("holds/<str:hold_id>/decision", hold.hold_decision, name="hold-decision"),

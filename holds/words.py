@@ -47,6 +47,8 @@ class AuditKind(models.TextChoices):
     PERSON_ROLE_CHANGED = "person.role_changed", "person's role changed"
     PERSON_ACTIVATED = "person.activated", "person activated"
     PERSON_DEACTIVATED = "person.deactivated", "person deactivated"
+    PERSON_AWAY_SET = "person.away_set", "out of office set"
+    PERSON_AWAY_CLEARED = "person.away_cleared", "out of office cleared"
     SERVICE_ACCOUNT_CREATED = "service_account.created", "service account created"
     SERVICE_ACCOUNT_ROLE_CHANGED = "service_account.role_changed", "service account's role changed"
     SERVICE_ACCOUNT_REVOKED = "service_account.revoked", "service account revoked"

@@ -3,7 +3,7 @@ from django.contrib import admin
 from django.urls import include, path
 
 from holds import openapi
-from holds.api import agent, evals, jwks, pushes, rules
+from holds.api import agent, evals, jwks, people, pushes, rules
 from holds.web import login
 
 v0 = [
@@ -30,6 +30,7 @@ v0 = [
     path("capabilities/<str:name>/grants", rules.capability_grants, name="api-capability-grants"),
     path("grants/<str:grant_id>", rules.grant_detail, name="api-grant"),
     path("grants/<str:grant_id>/revoke", rules.grant_revoke, name="api-grant-revoke"),
+    path("me/away", people.me_away, name="api-me-away"),
     path("openapi.json", openapi.openapi_json, name="api-openapi"),
     path("docs", openapi.docs, name="api-docs"),
 ]

@@ -7,6 +7,8 @@ import pytest
 from django.db import connection
 from django.utils import timezone
 
+from holds import services
+from holds.auth import SYSTEM
 from holds.models import AuditEvent, Capability, Grant, Hold, HoldItem, RuleSet
 from tests import factories
 
@@ -106,11 +108,35 @@ def test_bad_bodies_are_4xx_never_500(api, cap, admin_key, raw):
     assert response.status_code in (400, 422), response.content
 
 
-def test_a_quorum_rule_is_saved_and_asks_until_quorum_lands(api, cap, admin_key):
+def test_a_quorum_rule_is_saved_and_asks_until_quorum_lands(api, cap, admin_key, admin_user):
+    # Two admins (the key's account and admin_user) may give the two approvals.
     quorum = {"id": "big", "when": "item.data.amount > 1000", "then": {"quorum": 2, "from": ["admin"]}}
     assert api.put(rules_url(cap), {"rules": [quorum, SMALL]}, key=admin_key).status_code == 200
     hold = ask(api, cap, 5000)
     assert Hold.objects.get(pk=hold.pk).status == "pending"
+
+
+def test_a_rule_quorum_more_than_who_may_decide_is_refused_on_save(api, cap, admin_key, admin_user, member):
+    # Admins who may approve: the key's account and admin_user (2). Members: member (1), and a revoked
+    # account and an inactive person do not count.
+    services.service_account_revoke(account_id=factories.account("old-bot")[0].pk, actor=SYSTEM)
+    services.person_set_active(user_id=factories.person("gone").pk, active=False, actor=SYSTEM)
+    three = {"id": "big", "when": "item.data.amount > 1000", "then": {"quorum": 3, "from": ["admin"]}}
+    response = api.put(rules_url(cap), {"rules": [SMALL, three]}, key=admin_key)
+    assert response.status_code == 422, response.content
+    (error,) = response.json()["errors"]
+    assert error["field"] == "rules[1].then"
+    assert "needs 3 approvals but only 2 people or service accounts may give one" in error["message"]
+    two_members = {**three, "then": {"quorum": 2, "from": ["member"]}}
+    assert api.put(rules_url(cap), {"rules": [two_members]}, key=admin_key).status_code == 422
+    assert not RuleSet.objects.exists() and not AuditEvent.objects.filter(kind="rules.saved").exists()
+    # Roles the capability does not let approve count for nothing, even when the rule names them.
+    admins_only = factories.capability("admins_only", approvers=["admin"])
+    both = {**three, "then": {"quorum": 2, "from": ["admin", "member"]}}
+    assert api.put(rules_url(admins_only), {"rules": [both]}, key=admin_key).status_code == 200
+    three_of_both = {**three, "then": {"quorum": 3, "from": ["admin", "member"]}}
+    assert api.put(rules_url(admins_only), {"rules": [three_of_both]}, key=admin_key).status_code == 422
+    assert api.put(rules_url(cap), {"rules": [three_of_both]}, key=admin_key).status_code == 200
 
 
 # --- backtest --------------------------------------------------------------------------------------
@@ -346,7 +372,8 @@ def test_real_answers_match_the_openapi_document(api, client, cap, admin_key, me
         jsonschema.validate(response.json(), {"components": doc["components"], **schema["schema"]})
 
     decided_by_person(api, cap, member_key, 60, "reject")
-    quorum = {"id": "q", "when": "false", "then": {"quorum": 2, "from": ["admin"]}}
+    # Two may give an approval that counts: the admin's and the member's service accounts.
+    quorum = {"id": "q", "when": "false", "then": {"quorum": 2, "from": ["admin", "member"]}}
     reject = {"id": "no", "when": "item.data.amount > 9000", "then": "reject", "comment": "too much"}
     rules = "/v0/capabilities/{name}/rules"
     check(rules, "get", api.get(rules_url(cap), key=member_key))

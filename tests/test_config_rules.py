@@ -6,6 +6,7 @@ import pytest
 from django.core.management import CommandError, call_command
 
 from holds.models import AuditEvent, Capability, RuleSet
+from tests import factories
 
 pytestmark = pytest.mark.django_db
 
@@ -52,3 +53,18 @@ def test_a_bad_rule_stops_the_sync_naming_capability_rule_and_position(tmp_path)
     assert "capability 'pay': key 'rules': rule 1: when: Syntax error" in text and "(line 1, column 19)" in text
     assert "nothing was changed" in text
     assert not Capability.objects.exists() and not RuleSet.objects.exists()
+
+
+def test_a_rule_quorum_more_than_who_may_decide_stops_the_sync(tmp_path):
+    factories.person("ann", role="admin")
+    factories.person("bob", role="member")
+    quorum = WITH_RULES.replace("then: approve", "then: {quorum: 3, from: [admin, member]}")
+    with pytest.raises(CommandError) as refused:
+        sync(tmp_path, quorum)
+    text = str(refused.value)
+    assert "nothing was changed" in text
+    assert "pay.rules[0].then: rule 1: then: needs 3 approvals but only 2 people or service accounts" in text
+    assert not Capability.objects.exists() and not RuleSet.objects.exists()
+    factories.person("carol", role="member")
+    sync(tmp_path, quorum)
+    assert RuleSet.objects.get().rules[0]["then"] == {"quorum": 3, "from": ["admin", "member"]}

@@ -11,7 +11,7 @@ from django.utils import timezone
 
 from holds import notifications, notify_tasks, services
 from holds.auth import SYSTEM, actor_for_user
-from holds.errors import Forbidden
+from holds.errors import Forbidden, Invalid
 from holds.models import AuditEvent, AuditKind, Hold, HoldEscalation, Invocation
 from tests import factories
 
@@ -96,7 +96,7 @@ def test_escalations_and_notifications_go_to_the_delegate_acting_for(team):
         person=team["ann"],
         away_from=timezone.now() - dt.timedelta(minutes=1),
         away_until=timezone.now() + dt.timedelta(days=3),
-        delegate=team["bob"],
+        delegate="bob",
     )
     cap = factories.capability("pay_big", escalate=[{"after": 3600, "notify": ["ann"]}])
     _, hold = factories.held_hold(cap)
@@ -112,29 +112,29 @@ def test_escalations_and_notifications_go_to_the_delegate_acting_for(team):
 
 def test_a_delegate_must_already_decide_the_same_capabilities(team):
     factories.capability("pay_big", approvers=["admin"])
-    with pytest.raises(Forbidden, match="may not decide pay_big; delegation never grants a role"):
+    with pytest.raises(Invalid, match="may not decide pay_big; delegation never grants a role") as refused:
         services.person_set_away(
             actor=actor_for_user(team["ann"]),
             person=team["ann"],
             away_from=timezone.now(),
             away_until=later(24),
-            delegate=team["mona"],
+            delegate="mona",
         )
+    assert refused.value.errors[0]["field"] == "delegate"
     with pytest.raises(Forbidden, match="their own out-of-office"):
         services.person_set_away(
             actor=actor_for_user(team["mona"]),
             person=team["ann"],
             away_from=timezone.now(),
             away_until=later(24),
-            delegate=team["bob"],
+            delegate="bob",
         )
-    # An admin (or the system) may set anyone's; the window's end passes and messages come back to ann.
-    services.person_set_away(
-        actor=SYSTEM, person=team["ann"], away_from=later(-3), away_until=later(-2), delegate=team["bob"]
-    )
+    # An admin (or the system) may set anyone's; before the window starts, messages still go to ann.
+    services.person_set_away(actor=SYSTEM, person=team["ann"], away_from=later(2), away_until=later(3), delegate="bob")
     cap = factories.capability("pay_small")
     _, hold = factories.held_hold(cap)
     assert "ann@example.com" in notifications.approver_emails(hold)
+    assert "bob@example.com" in notifications.approver_emails(hold)  # bob as himself, an admin
 
 
 def test_bad_escalate_steps_are_refused_at_load(tmp_path):

@@ -293,6 +293,12 @@ def _grant_body(w, a):
     return {"when": "item.data.amount == 2", "expires_at": (timezone.now() + timedelta(days=10)).isoformat()}
 
 
+def _away_body(w, a):
+    # admin decides everything, so stands in for anyone but themself (the admin's own row: a 422, let through).
+    now = timezone.now()
+    return {"away_from": now.isoformat(), "away_until": (now + timedelta(days=1)).isoformat(), "delegate": "admin"}
+
+
 def _extended(w, a):
     hold = w.hold_of(a)
     return Hold.objects.get(pk=hold.pk).expires_at > hold.expires_at
@@ -352,6 +358,19 @@ ROWS = {
         {"slack_user_id": "U0VIEWER"},
         ADMIN,
     ),
+    # Out of office: every person sets their own (identity from the session); an admin anyone's from
+    # the team page. Service accounts and runs have none (SPEC "Escalation and delegation").
+    ("away", "GET"): (lambda w, a: "/away", None, PEOPLE),
+    ("away", "POST"): (lambda w, a: "/away", {"clear": "1"}, PEOPLE),
+    ("team-person-away", "GET"): (lambda w, a: f"/team/people/{w.people['viewer'].pk}/away", None, ADMIN),
+    ("team-person-away", "POST"): (
+        lambda w, a: f"/team/people/{w.people['viewer'].pk}/away",
+        {"clear": "1"},
+        ADMIN,
+    ),
+    ("api-me-away", "GET"): (lambda w, a: "/v0/me/away", None, PEOPLE),
+    ("api-me-away", "PUT"): (lambda w, a: "/v0/me/away", _away_body, PEOPLE),
+    ("api-me-away", "DELETE"): (lambda w, a: "/v0/me/away", None, PEOPLE),
     ("manifest", "GET"): (lambda w, a: "/manifest.webmanifest", None, EVERYONE),
     ("service-worker", "GET"): (lambda w, a: "/sw.js", None, EVERYONE),
     # Receipts' public keys: a third party verifies a receipt with nothing but these (SPEC, Decision receipts).

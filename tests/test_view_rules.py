@@ -166,3 +166,20 @@ def test_no_grant_from_a_rejected_item_nor_by_a_viewer(client, cap, member, view
     assert client.post(f"/holds/{hold.public_id}/grant", {"item": "INV-1", "save": "1"}).status_code == 403
     assert client.get(f"/holds/{hold.public_id}/grant?item=nope").status_code == 404
     assert not Grant.objects.exists()
+
+
+def test_a_rule_quorum_more_than_who_may_decide_is_refused_on_the_page(client, cap, admin_user, member):
+    # Who may approve pay_invoices: admin_user and member; a quorum of three of them could never be met.
+    client.force_login(admin_user)
+    text = "- id: big\n  when: item.data.amount > 1000\n  then: {quorum: 3, from: [admin, member]}\n"
+    response = client.post(f"/capabilities/{cap.name}/rules", {"rules": text, "save": "1"})
+    assert response.status_code == 422
+    assert "rule 1: then: needs 3 approvals but only 2 people or service accounts may give one" in (
+        html.unescape(response.content.decode())
+    )
+    assert not RuleSet.objects.exists()
+    saved = client.post(f"/capabilities/{cap.name}/rules", {"rules": text.replace("3", "2"), "save": "1"})
+    assert saved.status_code == 303 and RuleSet.objects.get().rules[0]["then"] == {
+        "quorum": 2,
+        "from": ["admin", "member"],
+    }

@@ -35,6 +35,7 @@ from ..models import (
     decider_label,
 )
 from ..rules import (
+    Problem,
     Rule,
     activation,
     check_rules,
@@ -71,12 +72,27 @@ def rules_save(*, capability: Capability, rules, actor: Actor) -> RuleSet:
     stored = [rule.as_json() for rule in checked]
     with transaction.atomic():
         locked = Capability.objects.select_for_update().get(pk=capability.pk)
+        _refuse_unmeetable_quorums(locked, checked)
         version = locked.rules_version + 1
         rule_set = RuleSet.objects.create(capability=locked, version=version, rules=stored, saved_by=actor.label)
         Capability.objects.filter(pk=locked.pk).update(rules_version=version)
         audit(AuditKind.RULES_SAVED, actor, capability=locked.name, version=version, rules=stored)
     capability.rules_version = version
     return rule_set
+
+
+def _refuse_unmeetable_quorums(capability: Capability, rules: list[Rule]) -> None:
+    """A rule's `then: {quorum: N, from: [roles]}` that the people and service accounts who may decide
+    this capability could never meet is refused as the capability's own `quorum:` is on load (the same
+    question, policy.quorum_unmeetable): a hold it matched would stay pending until it expired."""
+    errors = []
+    for n, rule in enumerate(rules):
+        unmeetable = rule.then == "quorum" and policy.quorum_unmeetable(capability, rule.quorum)
+        if unmeetable:
+            problem = Problem(n, "then", unmeetable)
+            errors.append({"field": f"rules[{n}].then", **problem.as_json(), "message": str(problem)})
+    if errors:
+        raise Invalid(errors, "the rules were not saved: " + "; ".join(e["message"] for e in errors))
 
 
 def current_rule_set(capability: Capability) -> RuleSet | None:

@@ -11,7 +11,7 @@ from ..auth import Actor, new_service_key
 from ..config import new_secret
 from ..errors import Conflict, Invalid, NotFound
 from ..models import AuditKind, Capability, Membership, Role, ServiceAccount, SlackLink
-from ..policy import may_delegate, may_manage_team, quorum_pool, require
+from ..policy import may_manage_team, may_set_away, may_stand_in, quorum_unmeetable, require
 from ..words import ActorKind
 from .audit import audit
 from .rules import current_rule_set, rules_save
@@ -56,16 +56,9 @@ def capabilities_sync(*, specs, actor: Actor) -> list[tuple[str, bool, str | Non
             for key, value in values.items():
                 setattr(capability, key, value)
             capability.from_file = sorted(spec.values)
-            if capability.quorum and quorum_pool(capability, capability.quorum) < capability.quorum["approvals"]:
-                raise Invalid(
-                    [
-                        {
-                            "field": f"{spec.name}.quorum",
-                            "message": f"needs {capability.quorum['approvals']} approvals but only "
-                            f"{quorum_pool(capability, capability.quorum)} people or service accounts may give one",
-                        }
-                    ]
-                )
+            unmeetable = capability.quorum and quorum_unmeetable(capability, capability.quorum)
+            if unmeetable:
+                raise Invalid([{"field": f"{spec.name}.quorum", "message": unmeetable}])
             capability.save()
             changed = sorted(k for k in values if k != "secret" and before.get(k) != values[k]) if before else []
             if created or changed:
@@ -73,34 +66,72 @@ def capabilities_sync(*, specs, actor: Actor) -> list[tuple[str, bool, str | Non
             if rules is not None:
                 current = current_rule_set(capability)
                 if current is None or current.rules != rules:
-                    rules_save(capability=capability, rules=rules, actor=actor)
+                    try:
+                        rules_save(capability=capability, rules=rules, actor=actor)
+                    except Invalid as exc:  # a rule's quorum the team cannot meet: name the capability
+                        errors = [{**e, "field": f"{spec.name}.{e.get('field', 'rules')}"} for e in exc.errors]
+                        raise Invalid(errors, exc.message) from None
             results.append((spec.name, created, generated))
     return results
 
 
-def person_set_away(*, actor: Actor, person, away_from, away_until, delegate) -> Membership:
-    """Sets (or, with away_from None, clears) a person's out-of-office window and delegate. The delegate
-    must already decide every capability the person decides (policy.may_delegate): notifications and
-    escalations go to them meanwhile, "acting for"; no role changes hands."""
+def person_set_away(
+    *, actor: Actor, person, away_from=None, away_until=None, delegate: str | None = None, clear: bool = False
+) -> Membership:
+    """Sets a person's out-of-office window (aware datetimes) and delegate (a username); `clear` ends it.
+    Meanwhile notifications and escalations meant for the person go to the delegate, "acting for" them
+    (policy.acting_for); no role changes hands.
+
+    Preconditions: the actor is the person or an admin (policy.may_set_away, 403); the window ends after
+    it starts and has not ended; the delegate is another active person who already may decide every
+    capability the person may (policy.may_stand_in). Every problem is one 422 naming its field, and
+    nothing is written. Safe to run twice: the same window is written again (and audited again)."""
+    require(may_set_away(actor, person))
+    if clear:
+        away_from = away_until = None
     with transaction.atomic():
         membership, _ = Membership.objects.select_for_update().get_or_create(user=person)
-        if away_from is None:
-            membership.away_from = membership.away_until = membership.delegate = None
-        else:
-            require(may_delegate(actor, person, delegate))
-            if away_until is None or away_until <= away_from:
-                raise Invalid([{"field": "until", "message": "the window ends after it starts"}])
-            membership.away_from, membership.away_until, membership.delegate = away_from, away_until, delegate
+        stand_in = None if clear else _stand_in_for_window(person, away_from, away_until, delegate)
+        membership.away_from, membership.away_until, membership.delegate = away_from, away_until, stand_in
         membership.save(update_fields=["away_from", "away_until", "delegate"])
-        audit(
-            AuditKind.PERSON_CHANGED,
-            actor,
-            username=person.username,
-            away_from=away_from.isoformat() if away_from else None,
-            away_until=away_until.isoformat() if away_until else None,
-            delegate=delegate.username if delegate and away_from else None,
-        )
+        if clear:
+            audit(AuditKind.PERSON_AWAY_CLEARED, actor, username=person.username)
+        else:
+            audit(
+                AuditKind.PERSON_AWAY_SET,
+                actor,
+                username=person.username,
+                away_from=away_from.isoformat(),
+                away_until=away_until.isoformat(),
+                delegate=stand_in.username,
+            )
     return membership
+
+
+def _stand_in_for_window(person, away_from, away_until, delegate):
+    """The delegate's user for a window that passes every check, else one 422 with each problem."""
+    errors = []
+    if away_from is None:
+        errors.append({"field": "away_from", "message": "required: when the out-of-office starts"})
+    if away_until is None:
+        errors.append({"field": "away_until", "message": "required: when it ends"})
+    elif away_from is not None and away_until <= away_from:
+        errors.append({"field": "away_until", "message": "the window must end after it starts"})
+    elif away_until <= timezone.now():
+        errors.append({"field": "away_until", "message": "this window has already ended"})
+    stand_in = None
+    if delegate is not None and not isinstance(delegate, str):
+        errors.append({"field": "delegate", "message": "a username"})
+    else:
+        stand_in = get_user_model().objects.filter(username=delegate).first() if delegate else None
+        if delegate and stand_in is None:
+            errors.append({"field": "delegate", "message": f"nobody has the username {delegate!r}"})
+        else:
+            refusal = may_stand_in(person, stand_in)
+            errors += refusal.errors if refusal is not None else []
+    if errors:
+        raise Invalid(errors, "the out-of-office was not saved: " + "; ".join(e["message"] for e in errors))
+    return stand_in
 
 
 def person_add(*, username: str, role: str, password: str | None, actor: Actor, email: str = ""):

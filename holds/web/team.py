@@ -17,6 +17,7 @@ from django.contrib.auth.tokens import default_token_generator
 from django.contrib.auth.validators import UnicodeUsernameValidator
 from django.shortcuts import get_object_or_404, render
 from django.urls import reverse, reverse_lazy
+from django.utils import timezone
 from django.utils.encoding import force_bytes
 from django.utils.http import urlsafe_base64_encode
 from django.views.decorators.cache import never_cache
@@ -91,8 +92,11 @@ def _run(request, section: str, call, done):
 
 def _context(request, actor: Actor, person_form=None, account_form=None) -> dict:
     people = []
-    for user in get_user_model().objects.select_related("membership", "slack_link").order_by("username"):
+    now = timezone.now()
+    people_rows = get_user_model().objects.select_related("membership__delegate", "slack_link").order_by("username")
+    for user in people_rows:
         membership = getattr(user, "membership", None)
+        away = membership if membership and membership.delegate and (membership.away_until or now) > now else None
         people.append(
             {
                 "user": user,
@@ -100,6 +104,9 @@ def _context(request, actor: Actor, person_form=None, account_form=None) -> dict
                 "superuser": user.is_superuser,
                 "is_me": user.pk == request.user.pk,
                 "slack": getattr(getattr(user, "slack_link", None), "slack_user_id", ""),
+                # An out-of-office window not yet ended: "away until …" (or "away from …") on the row.
+                "away": away,
+                "away_now": away is not None and away.away_from <= now,
             }
         )
     capabilities = []

@@ -2267,6 +2267,167 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v0/me/away": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** Read your out-of-office window and delegate (a signed-in person; keys and tokens name nobody) */
+        get: {
+            parameters: {
+                query?: never;
+                header?: never;
+                path?: never;
+                cookie?: never;
+            };
+            requestBody?: never;
+            responses: {
+                /** @description the window, or nulls */
+                200: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["AwayOut"];
+                    };
+                };
+                /** @description unauthorized: missing, unknown, superseded or finished token or key */
+                401: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["ErrorOut"];
+                    };
+                };
+                /** @description forbidden */
+                403: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["ErrorOut"];
+                    };
+                };
+            };
+        };
+        /** Set your out-of-office: notifications and escalations go to the delegate, 'acting for' you */
+        put: {
+            parameters: {
+                query?: never;
+                header?: never;
+                path?: never;
+                cookie?: never;
+            };
+            requestBody: {
+                content: {
+                    "application/json": components["schemas"]["AwayIn"];
+                };
+            };
+            responses: {
+                /** @description the window */
+                200: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["AwayOut"];
+                    };
+                };
+                /** @description bad_json: the body is not JSON */
+                400: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["ErrorOut"];
+                    };
+                };
+                /** @description unauthorized: missing, unknown, superseded or finished token or key */
+                401: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["ErrorOut"];
+                    };
+                };
+                /** @description forbidden */
+                403: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["ErrorOut"];
+                    };
+                };
+                /** @description too_large: the raw body is over the limit */
+                413: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["ErrorOut"];
+                    };
+                };
+                /** @description invalid: every bad field by path (or idempotency_mismatch) */
+                422: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["InvalidOut"];
+                    };
+                };
+            };
+        };
+        post?: never;
+        /** End your out-of-office now */
+        delete: {
+            parameters: {
+                query?: never;
+                header?: never;
+                path?: never;
+                cookie?: never;
+            };
+            requestBody?: never;
+            responses: {
+                /** @description nulls */
+                200: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["AwayOut"];
+                    };
+                };
+                /** @description unauthorized: missing, unknown, superseded or finished token or key */
+                401: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["ErrorOut"];
+                    };
+                };
+                /** @description forbidden */
+                403: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["ErrorOut"];
+                    };
+                };
+            };
+        };
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v0/invocations/{invocation_id}/retry": {
         parameters: {
             query?: never;
@@ -3167,6 +3328,43 @@ export interface components {
         GrantListOut: {
             /** Grants */
             grants: components["schemas"]["GrantOut"][];
+        };
+        /** AwayIn */
+        AwayIn: {
+            /**
+             * Away From
+             * @description ISO 8601 with offset: when the out-of-office starts
+             */
+            away_from: string;
+            /**
+             * Away Until
+             * @description ISO 8601 with offset: after away_from, not already past
+             */
+            away_until: string;
+            /**
+             * Delegate
+             * @description the username of another active person who already may decide every capability you may
+             */
+            delegate: string;
+        };
+        /** AwayOut */
+        AwayOut: {
+            /** Username */
+            username: string;
+            /** Away From */
+            away_from: string | null;
+            /** Away Until */
+            away_until: string | null;
+            /**
+             * Delegate
+             * @description who is told in your stead, 'acting for' you, within the window
+             */
+            delegate: string | null;
+            /**
+             * Away Now
+             * @description whether the window is on now
+             */
+            away_now: boolean;
         };
     };
     responses: never;

@@ -142,3 +142,19 @@ def test_it_finds_no_accessibility_violations_on_the_evals_pages(axe_session, ca
         page.goto(url)
         assert violations(page) == [], url
         screenshot(page, name)
+
+
+def test_it_finds_no_accessibility_violations_on_the_out_of_office_page(axe_session, cap):
+    factories.person("carol")
+    page = axe_session.page
+    page.get_by_role("link", name="Out of office").click()
+    page.get_by_role("heading", name="Out of office", level=1).wait_for()
+    assert violations(page) == [], "/away"
+    page.get_by_role("button", name="Save out of office").click()  # no end, no delegate: errors shown
+    page.locator("#away-until-error").wait_for()
+    assert violations(page) == [], "/away with errors"
+    page.get_by_label("Until").fill("2099-01-01T00:00")
+    page.get_by_label("Who stands in").select_option("carol")
+    page.get_by_role("button", name="Save out of office").click()
+    page.get_by_text("carol stands in, acting for you").wait_for()
+    assert violations(page) == [], "/away while away"

@@ -1,4 +1,5 @@
-"""Sets or clears a person's out-of-office window and delegate (services.person_set_away)."""
+"""Sets or clears a person's out-of-office window and delegate: the same service (services.person_set_away)
+and checks as the out-of-office page and PUT /v0/me/away."""
 
 from datetime import datetime
 
@@ -10,7 +11,9 @@ from holds.auth import SYSTEM
 from holds.errors import Forbidden, Invalid
 
 
-def _when(text: str) -> datetime:
+def _when(text: str | None) -> datetime | None:
+    if text is None:
+        return None
     try:
         value = datetime.fromisoformat(text)
     except ValueError:
@@ -31,21 +34,21 @@ class Command(BaseCommand):
         parser.add_argument("--clear", action="store_true")
 
     def handle(self, *args, username, away_from, away_until, delegate, clear, **options):
-        people = get_user_model().objects
-        person = people.filter(username=username).first()
+        person = get_user_model().objects.filter(username=username).first()
         if person is None:
             raise CommandError(f"no person {username!r}")
         if clear:
-            services.person_set_away(actor=SYSTEM, person=person, away_from=None, away_until=None, delegate=None)
+            services.person_set_away(actor=SYSTEM, person=person, clear=True)
             self.stdout.write(f"{username} is no longer away")
             return
         if not (away_from and away_until and delegate):
             raise CommandError("--from, --until and --delegate are required (or --clear)")
-        stand_in = people.filter(username=delegate).first()
         try:
             services.person_set_away(
-                actor=SYSTEM, person=person, away_from=_when(away_from), away_until=_when(away_until), delegate=stand_in
+                actor=SYSTEM, person=person, away_from=_when(away_from), away_until=_when(away_until), delegate=delegate
             )
-        except (Forbidden, Invalid) as exc:
+        except Invalid as exc:
+            raise CommandError("nothing was changed: " + "; ".join(e["message"] for e in exc.errors)) from None
+        except Forbidden as exc:
             raise CommandError(str(exc)) from None
         self.stdout.write(f"{username} is away from {away_from} until {away_until}; {delegate} acts for them")

@@ -21,8 +21,9 @@ class Command(BaseCommand):
             raise CommandError("nothing was changed:\n  " + "\n  ".join(exc.problems)) from None
         try:
             results = services.capabilities_sync(specs=specs, actor=SYSTEM)
-        except Invalid as exc:  # a quorum that the people who may decide cannot meet
-            raise CommandError("nothing was changed:\n  " + "\n  ".join(e["message"] for e in exc.errors)) from None
+        except Invalid as exc:  # a quorum (the capability's or a rule's) that who may decide cannot meet
+            lines = [f"{e['field']}: {e['message']}" if e.get("field") else e["message"] for e in exc.errors]
+            raise CommandError("nothing was changed:\n  " + "\n  ".join(lines)) from None
         for name, created, secret in results:
             self.stdout.write(f"{'created' if created else 'updated'} {name}")
             if secret:
