@@ -39,8 +39,17 @@ def invocation_body(invocation: Invocation) -> dict:
             "input": run.input,
             "eval": services.eval_field(run),
         },
-        "resume": invocation.resume if invocation.kind == Invocation.Kind.RESUME else None,
+        "resume": _resume(invocation),
     }
+
+
+def _resume(invocation: Invocation) -> dict | None:
+    if invocation.kind != Invocation.Kind.RESUME:
+        return None
+    run = invocation.run
+    return services.resume_as_sent(
+        invocation.resume, hold_id=invocation.hold_id, run_id=run.public_id, capability=run.capability.name
+    )
 
 
 def signing_key(secret: str) -> bytes:

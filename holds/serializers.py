@@ -7,6 +7,7 @@ from .models import Hold, HoldItem, Invocation, Run, RunFile
 from .paging import decode_cursor, encode_cursor, read_page
 from .policy import readable_holds
 from .queries import hold_quorum
+from .services import resume_as_sent
 
 
 def iso(value):
@@ -34,7 +35,9 @@ def hold_full(hold: Hold) -> dict:
         "created_at": iso(hold.created_at),
         "decided_by": hold.decided_by or None,
         "decided_at": iso(hold.decided_at),
-        "resume": resume,
+        "resume": resume_as_sent(
+            resume, hold_id=hold.pk, run_id=public_id(RUN, hold.run_id), capability=hold.capability.name
+        ),
         **({"quorum": quorum} if (quorum := hold_quorum(hold)) else {}),
     }
 

@@ -128,12 +128,19 @@ def test_a_quorum_decision_names_every_approver(client):
     assert claims["decided_by"] == [{"type": "person", "name": "ann"}, {"type": "person", "name": "bob"}]
 
 
-def test_an_expired_hold_has_a_receipt_that_says_expired(cap, client):
+def test_an_expired_hold_has_a_receipt_that_says_expired(api, cap, member_key, client):
     run, hold = factories.held_hold(cap)
     Hold.objects.filter(pk=hold.pk).update(expires_at=timezone.now())
     assert holds_expire_due() == 1
-    resume = Invocation.objects.get(hold=hold, kind="resume").resume
+    invocation = Invocation.objects.get(hold=hold, kind="resume")
+    # The sweep writes the resume; its receipt is signed as it is sent, the same on every send.
+    assert "receipt" not in invocation.resume
+    resume = delivery.invocation_body(invocation)["resume"]
+    assert delivery.invocation_body(Invocation.objects.get(pk=invocation.pk))["resume"] == resume
+    assert api.get(f"/v0/holds/{hold.public_id}", key=member_key).json()["resume"] == resume
+    expired_at = Hold.objects.get(pk=hold.pk).decided_at
     claims = third_party_verify(resume["receipt"], public_jwks(client))
+    assert claims["decided_at"] == expired_at.isoformat()
     asked = factories.ask_body()["items"]
     assert claims["resolved_by"] == "expired" and claims["decided_by"] == [{"type": "expired"}]
     assert claims["hold_id"] == hold.public_id and claims["run_id"] == run.public_id

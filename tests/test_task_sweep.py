@@ -30,7 +30,6 @@ def test_it_expires_due_holds_and_creates_their_resume(cap):
     assert hold.status == "expired" and hold.decided_by == "expired"
     resume = Invocation.objects.get(hold=hold)
     assert resume.kind == "resume" and resume.seq == 2 and resume.status == "pending"
-    assert resume.resume.pop("receipt").count(".") == 2
     assert resume.resume == {"hold_id": hold.public_id, "resolved_by": "expired", "items": [], "comment": None}
     assert AuditEvent.objects.filter(kind="hold.expired", hold_id_ref=hold.pk).count() == 1
     assert tasks.sweep_expired() == 0
@@ -105,8 +104,6 @@ def written_rows(hold):
     # The text as stored, not only its value: agents get exactly these bytes.
     resume_text = gateway.fetch("SELECT resume FROM holds_invocation WHERE id = %s", [resume.id])[0][0]
     resume_text = resume_text.replace(hold.public_id, "h_?")
-    # The receipt's content is tests/test_receipts.py's.
-    resume_text = re.sub(r'"receipt": "[A-Za-z0-9_.-]+"', '"receipt": "?"', resume_text)
     return (
         (hold.status, hold.decided_by, hold.decided_at is not None),
         {
@@ -169,7 +166,7 @@ def test_the_sweep_writes_exactly_the_expired_hold_its_resume_and_its_audit_row(
             "due": not answering,
             "run_id": 0,
             "hold_id": 0,
-            "resume": '{"hold_id": "h_?", "resolved_by": "expired", "items": [], "comment": null, "receipt": "?"}',
+            "resume": '{"hold_id": "h_?", "resolved_by": "expired", "items": [], "comment": null}',
         },
         {
             "actor": "system",

@@ -59,6 +59,7 @@ from .evals import (
 from .expiry import Expired, due_holds, holds_expire_batch, holds_expire_due
 from .extend import hold_extend
 from .pushes import a2a_push_received, a2a_push_run
+from .receipts import resume_as_sent
 from .rules import (
     MAX_GRANT_DAYS,
     current_rule_set,
@@ -85,6 +86,7 @@ from .tokens import invocation_for_token
 __all__ = [
     "a2a_push_received",
     "a2a_push_run",
+    "resume_as_sent",
     "MAX_GRANT_DAYS",
     "current_rule_set",
     "grant_create",

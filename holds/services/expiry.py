@@ -1,6 +1,5 @@
 """Expiry: the sweep moves due pending holds to expired, each with its resume."""
 
-import json
 import logging
 from dataclasses import dataclass
 
@@ -10,9 +9,8 @@ from django.db.models.functions import Now
 from django.utils import timezone
 
 from ..auth import SYSTEM, run_token_sql_params
-from ..ids import HOLD, RUN, public_id
 from ..models import Hold, Invocation
-from . import gateway, ports, receipts, sql
+from . import gateway, ports, sql
 
 log = logging.getLogger(__name__)
 
@@ -77,36 +75,5 @@ def _expire(hold_ids: list[int]) -> list[Expired]:
         return []
     params = {"hold_ids": hold_ids, "now": timezone.now(), "actor": SYSTEM.label, **run_token_sql_params()}
     expired = [Expired(*row) for row in gateway.fetch(sql.EXPIRE_LOCKED, params)]
-    _sign_expired(expired, params["now"])
     ports.publish_on_commit([e.invocation_id for e in expired if e.status == Invocation.Status.PENDING])
     return expired
-
-
-def _sign_expired(expired: list[Expired], now) -> None:
-    """Adds each expired hold's receipt to its resume: one read of the holds' items, one write (the
-    statement above wrote the resumes set-based; signing happens here, in the same transaction)."""
-    if not expired:
-        return
-    by_hold: dict[int, tuple[int, str, list]] = {}
-    for hold_id, run_id, capability, item_id, data in gateway.fetch(
-        sql.EXPIRED_FOR_RECEIPTS, [[e.hold_id for e in expired]]
-    ):
-        entry = by_hold.setdefault(hold_id, (run_id, capability, []))
-        if item_id is not None:
-            entry[2].append(receipts.receipt_item(item_id, None, json.loads(data), None))
-    ids, resumes = [], []
-    for e in expired:
-        run_id, capability, items = by_hold[e.hold_id]
-        resume = {"hold_id": public_id(HOLD, e.hold_id), "resolved_by": "expired", "items": [], "comment": None}
-        resume["receipt"] = receipts.sign(
-            hold_id=resume["hold_id"],
-            run_id=public_id(RUN, run_id),
-            capability=capability,
-            resolved_by="expired",
-            decided_by=[receipts.EXPIRED],
-            decided_at=now,
-            items=items,
-        )
-        ids.append(e.invocation_id)
-        resumes.append(json.dumps(resume))
-    gateway.fetch(sql.SET_RESUMES, [ids, resumes])

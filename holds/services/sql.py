@@ -258,8 +258,9 @@ def write_decision(invocation_columns: tuple[str, ...], event_columns: tuple[str
 # models.new_invocation_id makes them: `inv_`, 12 hex digits of milliseconds, 8 random bytes; the token
 # hash as auth.run_token_hash), their audit rows and the pending counts' -n per capability. `resumes` is
 # MATERIALIZED so that each row's random id is drawn once and read by both INSERTs. Pinned by
-# test_task_sweep (what it writes, row for row; fresh ids and token hashes). The resumes' bodies are written
-# next, with their receipts, by holds/services/expiry.py in the same transaction (signing needs Python).
+# test_task_sweep (what it writes, row for row; fresh ids and token hashes). A resume's receipt is signed
+# when it is sent (holds/delivery.py, services.receipts.for_expired), not here: signing in the sweep made
+# it 3x slower.
 EXPIRE_LOCKED = (
     f"""
 WITH expired AS (
@@ -279,7 +280,7 @@ WITH expired AS (
     SELECT invocation_id, run_id, {RESUME}, seq, status, """
     + RUN_TOKEN_HASH.format(id="invocation_id")
     + f""",
-           NULL,
+           '{{"hold_id": "h_' || id || '", "resolved_by": "expired", "items": [], "comment": null}}',
            id, 0, CASE WHEN status = {PENDING} THEN %(now)s END, '', %(now)s
     FROM resumes
 ), audit_rows AS (
@@ -300,18 +301,11 @@ SELECT id, capability_id, invocation_id, status FROM resumes
 )
 
 
-# What an expired hold's receipt states besides the sweep's own facts: its run, capability and items'
-# asked data, one row per item (holds/services/expiry.py signs them).
-EXPIRED_FOR_RECEIPTS = (
-    "SELECT h.id, h.run_id, c.name, i.item_id, i.data FROM holds_hold h"
-    " JOIN holds_capability c ON c.id = h.capability_id LEFT JOIN holds_holditem i ON i.hold_id = h.id"
-    " WHERE h.id = ANY(%s::bigint[]) ORDER BY h.id, i.position"
-)
-
-# The expired holds' resumes with their receipts, set-based.
-SET_RESUMES = (
-    "UPDATE holds_invocation AS x SET resume = v.resume FROM unnest(%s::text[], %s::text[]) AS v(id, resume)"
-    " WHERE x.id = v.id"
+# What an expired hold's receipt states besides its resume's facts: when it expired and its items' asked
+# data, one row per item (services.receipts.for_expired).
+EXPIRED_FOR_RECEIPT = (
+    "SELECT h.decided_at, i.item_id, i.data FROM holds_hold h LEFT JOIN holds_holditem i ON i.hold_id = h.id"
+    " WHERE h.id = %s ORDER BY i.position"
 )
 
 
