@@ -244,22 +244,30 @@ def _start_host(procs: Processes, host: Host, env: dict, web_port: int) -> str:
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.needs_redis
 def test_two_hosts_one_lost_midway_every_resume_delivered_exactly_once(procs, capsys):
-    began = time.monotonic()
-    with two_hosts() as hosts:
+    with two_hosts() as hosts, reported(procs, capsys, "two hosts") as report:
         agent = CountingAgent(hosts[0].outside)
-        report = {}
         try:
             _run(procs, hosts, agent, report)
-        except BaseException:
-            with capsys.disabled():  # the hosts' logs go with their temp dir: what failed in them, here
-                print(_server_errors(procs))
-            raise
         finally:
             agent.close()
-            procs.stop_all()
-            report["test_s"] = round(time.monotonic() - began)
-            with capsys.disabled():
-                print(f"\ntwo hosts: {json.dumps(report)}")
+
+
+@contextmanager
+def reported(procs: Processes, capsys, title: str):
+    """Yields the report a two-host run writes its figures into, and prints it, however the run ends;
+    on a failure, the hosts' errors first (their logs go with the test's temp dir)."""
+    began, report = time.monotonic(), {}
+    try:
+        yield report
+    except BaseException:
+        with capsys.disabled():
+            print(_server_errors(procs))
+        raise
+    finally:
+        procs.stop_all()
+        report["test_s"] = round(time.monotonic() - began)
+        with capsys.disabled():
+            print(f"\n{title}: {json.dumps(report)}")
 
 
 def _server_errors(procs: Processes) -> str:

@@ -49,9 +49,9 @@ from tests.test_two_hosts import (
     _answers,
     _host_env,
     _redis,
-    _server_errors,
     _start_host,
     procs,
+    reported,
     two_hosts,
 )
 
@@ -193,22 +193,12 @@ class RecordingAgent:
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.needs_redis
 def test_two_hosts_one_lost_midway_every_a2a_decision_reaches_its_task_once(procs, capsys):
-    began = time.monotonic()
-    with two_hosts() as hosts:
+    with two_hosts() as hosts, reported(procs, capsys, "two hosts, A2A") as report:
         agent = RecordingAgent(hosts[0].outside)
-        report = {}
         try:
             _run(procs, hosts, agent, report)
-        except BaseException:
-            with capsys.disabled():  # the hosts' logs go with their temp dir: what failed in them, here
-                print(_server_errors(procs))
-            raise
         finally:
             agent.close()
-            procs.stop_all()
-            report["test_s"] = round(time.monotonic() - began)
-            with capsys.disabled():
-                print(f"\ntwo hosts, A2A: {json.dumps(report)}")
 
 
 def _run(procs: Processes, hosts: list[Host], agent: RecordingAgent, report: dict) -> None:
