@@ -150,3 +150,17 @@ def test_an_edit_counts_as_the_last_look_shows_it_2_and_2_0_differ_key_order_doe
         ("pay_invoices", "amount"): {"0.9": (1, 1)},
         ("pay_invoices", "terms"): {"0.9": (0, 1)},
     }
+
+
+def test_the_live_tail_is_tallied_again_only_when_a_decision_joins_it(cap, monkeypatch):
+    decide(hold_with(cap, [{"amount": 0.95}]), ["reject"])
+    tallied = []
+    real = calibration.tally
+    monkeypatch.setattr(calibration, "tally", lambda *args: tallied.append(args) or real(*args))
+    now = timezone.now()
+    assert by_field(report(now)) == {("pay_invoices", "amount"): {"0.9": (1, 1)}}
+    assert by_field(report(now)) == {("pay_invoices", "amount"): {"0.9": (1, 1)}}
+    assert len(tallied) == 1  # the second view found the same decided events: the same tally
+    decide(hold_with(cap, [{"amount": 0.95}]), ["approve"])
+    assert by_field(report(now)) == {("pay_invoices", "amount"): {"0.9": (1, 2)}}
+    assert len(tallied) == 2
