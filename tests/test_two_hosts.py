@@ -280,10 +280,10 @@ def _server_errors(procs: Processes) -> str:
     return "\n".join(lines)
 
 
-def _run(procs: Processes, hosts: list[Host], agent: CountingAgent, report: dict) -> None:
-    """Does it all, and writes what it measured into `report` before it checks anything."""
-    cap = factories.capability(endpoint=agent.url, timeout_seconds=float(TIMEOUT))
-    key = factories.account("ci-bot", role="member")[1]
+@contextmanager
+def deployed(procs: Processes, hosts: list[Host], key: str):
+    """The deployment: Redis and PgBouncer in the root namespace, each host's web and worker, one beat.
+    Yields an API client (with `key`) per host once every web answers."""
     connections.close_all()
     redis_port, web_port, bouncer_port = free_port(), free_port(), free_port()
     _redis(procs, ["127.0.0.1", *(h.outside for h in hosts)], redis_port)
@@ -296,8 +296,15 @@ def _run(procs: Processes, hosts: list[Host], agent: CountingAgent, report: dict
         procs.start("beat", [str(VENV_BIN / "celery"), "-A", "reviewqueue", "beat", "-s", str(schedule)], beat_env)
         for url in webs.values():
             wait_until(lambda url=url: _answers(url + "/healthz"), 60, f"{url}")
+        yield {name: service_client(url, key, timeout=30) for name, url in webs.items()}
+
+
+def _run(procs: Processes, hosts: list[Host], agent: CountingAgent, report: dict) -> None:
+    """Does it all, and writes what it measured into `report` before it checks anything."""
+    cap = factories.capability(endpoint=agent.url, timeout_seconds=float(TIMEOUT))
+    key = factories.account("ci-bot", role="member")[1]
+    with deployed(procs, hosts, key) as clients:
         report_began = time.monotonic()
-        clients = {name: service_client(url, key, timeout=30) for name, url in webs.items()}
 
         # 1,000 runs started through both hosts; the workers deliver them and the agent asks through the
         # web of the host that delivered its start.

@@ -22,34 +22,25 @@ import httpx
 import pytest
 from a2a.server.agent_execution import AgentExecutor, RequestContext
 from a2a.server.events import EventQueue
-from a2a.server.request_handlers import DefaultRequestHandler
-from a2a.server.routes import create_agent_card_routes, create_jsonrpc_routes
 from a2a.server.tasks import (
-    BasePushNotificationSender,
-    InMemoryPushNotificationConfigStore,
-    InMemoryTaskStore,
     TaskUpdater,
 )
-from a2a.types import AgentCapabilities, AgentCard, AgentInterface, Part, Task, TaskState, TaskStatus
-from django.db import connection, connections
+from a2a.types import Part, Task, TaskState, TaskStatus
+from django.db import connection
 from django.db.models import F
 from django.db.models.functions import Now
 from google.protobuf import json_format
-from starlette.applications import Starlette
 
 from holds.models import Hold, Invocation, Run
 from tests import factories
+from tests.frameworks.a2a_server import a2a_app
 from tests.frameworks.asgi import Served
-from tests.processes import VENV_BIN, Processes, free_port, service_client, wait_until
-from tests.test_pooler import pgbouncer
+from tests.processes import Processes, free_port, wait_until
 from tests.test_two_hosts import (
     GRACE,
     RELAY,
     Host,
-    _answers,
-    _host_env,
-    _redis,
-    _start_host,
+    deployed,
     procs,
     reported,
     two_hosts,
@@ -117,28 +108,8 @@ class RecordingAgent:
         self.in_flight: dict[str, set[str]] = defaultdict(set)  # sender -> message ids being answered
         self.executor = Invoices()
         port = free_port()
-        card = AgentCard(
-            name="invoices",
-            description="pays invoices once a person approves",
-            version="1",
-            capabilities=AgentCapabilities(push_notifications=True),
-            supported_interfaces=[
-                AgentInterface(protocol_binding="JSONRPC", protocol_version="1.0", url=f"http://{address}:{port}/a2a")
-            ],
-            default_input_modes=["application/json"],
-            default_output_modes=["application/json"],
-        )
-        store = InMemoryPushNotificationConfigStore()
-        handler = DefaultRequestHandler(
-            agent_executor=self.executor,
-            task_store=InMemoryTaskStore(),
-            agent_card=card,
-            push_config_store=store,
-            push_sender=BasePushNotificationSender(httpx.AsyncClient(timeout=5), store),
-        )
-        app = Starlette(
-            routes=[*create_agent_card_routes(agent_card=card), *create_jsonrpc_routes(handler, rpc_url="/a2a")]
-        )
+        url = f"http://{address}:{port}/a2a"
+        app = a2a_app(self.executor, name="invoices", url=url, push_client=httpx.AsyncClient(timeout=5))
         self.served = Served(self._recording(app), "/.well-known/agent-card.json", port=port, host=address)
         self.url = self.served.url
 
@@ -204,20 +175,7 @@ def test_two_hosts_one_lost_midway_every_a2a_decision_reaches_its_task_once(proc
 def _run(procs: Processes, hosts: list[Host], agent: RecordingAgent, report: dict) -> None:
     cap = factories.capability(endpoint=agent.url, protocol="a2a", timeout_seconds=float(TIMEOUT))
     key = factories.account("ci-bot", role="member")[1]
-    connections.close_all()
-    redis_port, web_port, bouncer_port = free_port(), free_port(), free_port()
-    _redis(procs, ["127.0.0.1", *(h.outside for h in hosts)], redis_port)
-    with pgbouncer(procs, ["127.0.0.1", *(h.outside for h in hosts)], bouncer_port, pool_size=10) as database:
-        envs = {h.name: _host_env(h, database=database, redis_port=redis_port, web_port=web_port) for h in hosts}
-        webs = {h.name: _start_host(procs, h, envs[h.name], web_port) for h in hosts}
-        beat_env = {**envs["host1"], "REDIS_URL": f"redis://127.0.0.1:{redis_port}/0", "DATABASE_URL": database}
-        beat_env["CELERY_BROKER_URL"] = beat_env["REDIS_URL"]
-        schedule = procs.log_dir / "beat-schedule"
-        procs.start("beat", [str(VENV_BIN / "celery"), "-A", "reviewqueue", "beat", "-s", str(schedule)], beat_env)
-        for url in webs.values():
-            wait_until(lambda url=url: _answers(url + "/healthz"), 60, f"{url}")
-        clients = {name: service_client(url, key, timeout=30) for name, url in webs.items()}
-
+    with deployed(procs, hosts, key) as clients:
         # The runs, started through both hosts: each host's worker sends the first message and the agent's
         # input-required answer becomes a hold.
         started = []

@@ -10,12 +10,8 @@ import httpx
 import pytest
 from a2a.server.agent_execution import AgentExecutor, RequestContext
 from a2a.server.events import EventQueue
-from a2a.server.request_handlers import DefaultRequestHandler
-from a2a.server.routes import create_agent_card_routes, create_jsonrpc_routes
+from a2a.server.routes import create_agent_card_routes
 from a2a.server.tasks import (
-    BasePushNotificationSender,
-    InMemoryPushNotificationConfigStore,
-    InMemoryTaskStore,
     TaskUpdater,
 )
 from a2a.types import AgentCapabilities, AgentCard, AgentInterface, Part, Task, TaskState, TaskStatus
@@ -27,6 +23,7 @@ from starlette.routing import Route
 
 from holds.models import Hold, Invocation
 from tests import factories
+from tests.frameworks.a2a_server import a2a_app
 from tests.frameworks.asgi import Served
 from tests.processes import free_port, wait_until
 
@@ -95,33 +92,12 @@ class Agent:
         self.executor = Payments()
         self.pushes: list[tuple[str, int]] = []
         port = free_port()
-        card = AgentCard(
-            name="payments",
-            description="pays invoices once a person approves",
-            version="1",
-            capabilities=AgentCapabilities(push_notifications=True),
-            supported_interfaces=[
-                AgentInterface(protocol_binding="JSONRPC", protocol_version="1.0", url=f"http://127.0.0.1:{port}/a2a")
-            ],
-            default_input_modes=["application/json"],
-            default_output_modes=["application/json"],
-        )
-        store = InMemoryPushNotificationConfigStore()
 
         async def seen(response):
             self.pushes.append((str(response.request.url), response.status_code))
 
-        sender = BasePushNotificationSender(httpx.AsyncClient(event_hooks={"response": [seen]}), store)
-        handler = DefaultRequestHandler(
-            agent_executor=self.executor,
-            task_store=InMemoryTaskStore(),
-            agent_card=card,
-            push_config_store=store,
-            push_sender=sender,
-        )
-        app = Starlette(
-            routes=[*create_agent_card_routes(agent_card=card), *create_jsonrpc_routes(handler, rpc_url="/a2a")]
-        )
+        pushes = httpx.AsyncClient(event_hooks={"response": [seen]})
+        app = a2a_app(self.executor, name="payments", url=f"http://127.0.0.1:{port}/a2a", push_client=pushes)
         self.served = Served(app, "/.well-known/agent-card.json", port=port)
         self.url = f"http://127.0.0.1:{self.served.port}"
 
