@@ -4,7 +4,6 @@ for input (`input-required`). Approve, edit, reject and expiry reach it as a fol
 same task; its pushes are authenticated by the token Review Queue gave; bad pushes are 4xx."""
 
 import asyncio
-import uuid
 
 import httpx
 import pytest
@@ -25,6 +24,7 @@ from holds.models import Hold, Invocation
 from tests import factories
 from tests.frameworks.a2a_server import a2a_app
 from tests.frameworks.asgi import Served
+from tests.frameworks.protocol_drive import ProtocolDrive
 from tests.processes import free_port, wait_until
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.needs_redis]
@@ -109,36 +109,10 @@ def agent(monkeypatch):
     made.served.stop()
 
 
-class Drive:
-    def __init__(self, url: str, agent: Agent):
-        self.url = url
-        self.name = f"a2a_{uuid.uuid4().hex[:8]}"
-        factories.capability(name=self.name, endpoint=agent.url, protocol="a2a", timeout_seconds=20.0)
-        key = factories.account(f"bot-{self.name}", role="member")[1]
-        self.api = httpx.Client(base_url=url, headers={"authorization": f"Bearer {key}"}, timeout=30)
-
-    def start(self) -> str:
-        response = self.api.post("/v0/runs", json={"capability": self.name, "input": {"invoice": "INV-1"}})
-        assert response.status_code == 201, response.text
-        return response.json()["run_id"]
-
-    def run(self, run_id):
-        return self.api.get(f"/v0/runs/{run_id}").json()
-
-    def settled(self, run_id, statuses=("held", "completed", "failed")):
-        try:
-            return wait_until(lambda: (r := self.run(run_id))["status"] in statuses and r, 30, "the run to move on")
-        except AssertionError:
-            raise AssertionError(list(Invocation.objects.values_list("status", "last_error", "answer"))) from None
-
-    def hold(self, run_id) -> dict:
-        run = self.settled(run_id)
-        assert run["status"] == "held", run
-        return self.api.get(f"/v0/holds/{run['holds'][-1]['hold_id']}").json()
-
-    def decide(self, hold, items, comment=None):
-        response = self.api.post(f"/v0/holds/{hold['hold_id']}/decision", json={"items": items, "comment": comment})
-        assert response.status_code == 200, response.text
+class Drive(ProtocolDrive):
+    protocol = "a2a"
+    input = {"invoice": "INV-1"}
+    settle_seconds = 30
 
 
 def test_it_turns_input_required_into_a_hold_and_approves_on_the_same_task(service, agent):

@@ -3,10 +3,8 @@
 Approve, edit, reject and expiry reach it as an AG-UI resume on the same thread; bad streams are errors."""
 
 import json
-import uuid
 from datetime import UTC, datetime, timedelta
 
-import httpx
 import pytest
 from ag_ui.core import (
     Interrupt,
@@ -29,8 +27,8 @@ from starlette.responses import JSONResponse, StreamingResponse
 from starlette.routing import Route
 
 from holds.models import Hold, Invocation
-from tests import factories
 from tests.frameworks.asgi import Served
+from tests.frameworks.protocol_drive import ProtocolDrive
 from tests.processes import wait_until
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.needs_redis]
@@ -112,32 +110,10 @@ class Agent:
         yield RunFinishedEvent(thread_id=thread, run_id=run, outcome=RunFinishedInterruptOutcome(interrupts=interrupts))
 
 
-class Drive:
-    def __init__(self, url: str, agent: Agent):
-        self.name = f"agui_{uuid.uuid4().hex[:8]}"
-        factories.capability(name=self.name, endpoint=agent.url, protocol="ag-ui", timeout_seconds=20.0)
-        key = factories.account(f"bot-{self.name}", role="member")[1]
-        self.api = httpx.Client(base_url=url, headers={"authorization": f"Bearer {key}"}, timeout=30)
-
-    def start(self) -> str:
-        response = self.api.post("/v0/runs", json={"capability": self.name, "input": {"task": "pay the invoices"}})
-        assert response.status_code == 201, response.text
-        return response.json()["run_id"]
-
-    def run(self, run_id):
-        return self.api.get(f"/v0/runs/{run_id}").json()
-
-    def settled(self, run_id, statuses=("held", "completed", "failed")):
-        return wait_until(lambda: (r := self.run(run_id))["status"] in statuses and r, 60, "the run to move on")
-
-    def hold(self, run_id) -> dict:
-        run = self.settled(run_id)
-        assert run["status"] == "held", run
-        return self.api.get(f"/v0/holds/{run['holds'][-1]['hold_id']}").json()
-
-    def decide(self, hold, items, comment=None):
-        response = self.api.post(f"/v0/holds/{hold['hold_id']}/decision", json={"items": items, "comment": comment})
-        assert response.status_code == 200, response.text
+class Drive(ProtocolDrive):
+    protocol = "ag-ui"
+    input = {"task": "pay the invoices"}
+    settle_seconds = 60
 
 
 @pytest.fixture
