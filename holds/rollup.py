@@ -52,8 +52,15 @@ LIVE_LIMIT = timedelta(minutes=10)
 
 
 def live_since(sealed: datetime | None, now: datetime) -> datetime:
-    """Where a request's live count starts: the seal, but never more than LIVE_LIMIT ago."""
-    return max(sealed, now - LIVE_LIMIT) if sealed else now - LIVE_LIMIT
+    """Where a request's live count starts: the seal, but never more than LIVE_LIMIT ago.
+
+    Past the limit, the start is LIVE_LIMIT ago rounded up to the whole minute: the tail is then 9 to 10
+    minutes long, and its start moves once a minute instead of on every request, so what is computed from
+    it (calibration's tally of the tail, kept per process by its start) can be reused while the rollup lags."""
+    limit = now - LIVE_LIMIT
+    whole = limit.replace(second=0, microsecond=0)
+    limit = whole + timedelta(minutes=1) if whole != limit else whole
+    return max(sealed, limit) if sealed else limit
 
 
 def bound_label(bound: float) -> str:

@@ -164,3 +164,22 @@ def test_the_live_tail_is_tallied_again_only_when_a_decision_joins_it(cap, monke
     decide(hold_with(cap, [{"amount": 0.95}]), ["approve"])
     assert by_field(report(now)) == {("pay_invoices", "amount"): {"0.9": (1, 2)}}
     assert len(tallied) == 2
+
+
+def test_with_the_rollup_behind_the_tail_is_reused_for_a_minute(cap, monkeypatch):
+    """Nothing sealed: every view's tail starts LIVE_LIMIT ago. That start moves once a minute, not on every
+    request, so views within a minute reuse one tally (bench: calibration with the rollup 24 h behind)."""
+    decide(hold_with(cap, [{"amount": 0.95}]), ["reject"])
+    assert rollup.sealed_until() is None
+    tallied = []
+    real = calibration.tally
+    monkeypatch.setattr(calibration, "tally", lambda *args: tallied.append(args) or real(*args))
+    minute = timezone.now().replace(second=0, microsecond=0)
+    for at in (10, 25, 59.5):
+        now = minute + dt.timedelta(seconds=at)
+        assert by_field(report(now)) == {("pay_invoices", "amount"): {"0.9": (1, 1)}}
+        assert len(tallied) == 1, "a view within the same minute tallied the tail again"
+        # The tail is never longer than LIVE_LIMIT, and at most a minute shorter.
+        assert now - rollup.LIVE_LIMIT <= tallied[0][0] <= now - rollup.LIVE_LIMIT + dt.timedelta(minutes=1)
+    report(minute + dt.timedelta(minutes=1, seconds=1))
+    assert len(tallied) == 2  # the next minute: a tail that starts a minute later
