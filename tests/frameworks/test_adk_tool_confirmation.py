@@ -5,7 +5,7 @@ the repository, thesynapses/adk-python at c727c3ff; the stored snapshot of googl
 it). The tools `reimburse` (with `require_confirmation=confirmation_threshold`) and `request_time_off`
 (with `tool_context.request_confirmation(payload={'approved_days': 0})`), the agent's instruction and
 the resumable `App` are the sample's. Changed per docs/sdk.md:
-- `model='gemini-2.5-flash'` → a scripted `BaseLlm` (no network), and no `generate_content_config`;
+- `model='gemini-2.5-flash'` → a scripted `BaseLlm` (no network; it ignores `generate_content_config`);
 - the tools append what they did to a list (the sample's bodies are otherwise unchanged);
 - `adk web`'s confirmation round trip → `ADKAgent(app=app, session_service=DatabaseSessionService(…))`.
 """
@@ -115,6 +115,7 @@ def time_off_app(turns, done):
             ),
             request_time_off,
         ],
+        generate_content_config=types.GenerateContentConfig(temperature=0.1),
     )
 
     return App(
