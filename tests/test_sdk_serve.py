@@ -239,6 +239,14 @@ def test_it_reads_the_secret_from_agentos_secret(monkeypatch):
         assert post(server, invocation()).json()["output"] == "env"
 
 
+def test_an_explicit_secret_wins_over_agentos_secret(monkeypatch):
+    other = "whsec_" + base64.b64encode(b"fedcba9876543210fedcba9876543210").decode()
+    monkeypatch.setenv("AGENTOS_SECRET", other)
+    with agentos.Server({"echo": lambda inv: "explicit"}, port=0, secret=SECRET) as server:
+        assert post(server, invocation()).json()["output"] == "explicit"
+        assert post(server, invocation("inv_2"), secret=other).status_code == 401
+
+
 def test_it_answers_failed_when_the_output_is_not_json(serve):
     server = serve({"echo": lambda inv: {"when": object()}})
     answer = post(server, invocation()).json()

@@ -90,6 +90,32 @@ class Drive:
             "the run to move on",
         )
 
+    def approve(self, hold: dict) -> None:
+        """Approves every item of `hold`."""
+        items = [{"id": i["id"], "action": "approve"} for i in hold["items"]]
+        assert self.decide(hold, items).status_code == 200
+
+    def held_again(self, run_id: str) -> dict:
+        """The run's next hold, after a resume: it paused again rather than finished."""
+        run = self.next_state(run_id)
+        assert run["status"] == "held", run
+        return self.held(run_id)
+
+    def expired(self, run_id: str) -> dict:
+        """The run once its open hold has expired (beat's real sweep) and the agent was resumed with it."""
+        self.expire(self.held(run_id))
+        run = self.finished(run_id)
+        assert run["holds"][-1]["status"] == "expired", run
+        return run
+
+    def at_once(self, inputs: list[dict]) -> list[dict]:
+        """Runs started together (the service calls the agent for each at once, on its first use), each
+        approved once held; the finished runs, in order."""
+        run_ids = [self.start(i) for i in inputs]
+        for run_id in run_ids:
+            self.approve(self.held(run_id))
+        return [self.finished(run_id) for run_id in run_ids]
+
     def _serve(self, handler) -> agentos.Server:
         server = agentos.Server({self.name: handler}, port=self.port, secret=self.secret)
         # Remember each accepted connection: a restart must end the kept-alive ones too, or the old

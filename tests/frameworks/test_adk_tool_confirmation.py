@@ -5,12 +5,13 @@ the repository, thesynapses/adk-python at c727c3ff; the stored snapshot of googl
 it). The tools `reimburse` (with `require_confirmation=confirmation_threshold`) and `request_time_off`
 (with `tool_context.request_confirmation(payload={'approved_days': 0})`), the agent's instruction and
 the resumable `App` are the sample's. Changed per docs/sdk.md:
-- `model='gemini-2.5-flash'` → a scripted `BaseLlm` (no network), and no `generate_content_config`;
+- `model='gemini-2.5-flash'` → a scripted `BaseLlm` (no network; it ignores `generate_content_config`);
 - the tools append what they did to a list (the sample's bodies are otherwise unchanged);
 - `adk web`'s confirmation round trip → `ADKAgent(app=app, session_service=DatabaseSessionService(…))`.
 """
 
 import pytest
+from agentos.adapters import EXPIRED_MESSAGE
 from agentos.adapters.adk import ADKAgent
 from google.adk import Agent
 from google.adk.apps import App, ResumabilityConfig
@@ -114,6 +115,7 @@ def time_off_app(turns, done):
             ),
             request_time_off,
         ],
+        generate_content_config=types.GenerateContentConfig(temperature=0.1),
     )
 
     return App(
@@ -139,7 +141,8 @@ def test_reimburse_over_the_threshold_is_approved_or_rejected(drive, tmp_path):
     d = drive(served(tmp_path, [REIMBURSE], done))
     for action, output in (
         ("approve", "reimburse={'status': 'ok'}"),
-        ("reject", "reimburse={'error': 'This tool call is rejected.'}"),
+        # ADK's fixed refusal, and the reviewer's comment with it (ADK alone never tells the model why).
+        ("reject", "reimburse={'error': 'This tool call is rejected.', 'reason': 'over budget'}"),
     ):
         run_id = d.start({"prompt": "Please reimburse $2000 for the conference"})
         hold = d.held(run_id)
@@ -168,6 +171,21 @@ def test_time_off_is_edited_as_the_samples_payload_and_a_bad_type_is_refused(dri
     assert done == [("request_time_off", 3)]
 
 
+def test_a_rejected_time_off_tells_the_model_the_reviewers_comment(drive, tmp_path):
+    done = []
+    d = drive(served(tmp_path, [TIME_OFF], done))
+    run_id = d.start({"prompt": "I need 5 days off next week"})
+    hold = d.held(run_id)
+    decision = [{"id": "fc_time_off", "action": "reject", "comment": "the team is short-staffed that week"}]
+    assert d.decide(hold, decision).status_code == 200
+    run = d.finished(run_id)
+    assert run["output"] == (
+        "request_time_off={'status': 'The time off request is rejected.', 'approved_days': 0, "
+        "'reason': 'the team is short-staffed that week'}"
+    ), run
+    assert done == [("request_time_off", 0)]  # the sample's tool reads the payload as asked: 0 days
+
+
 def test_two_confirmations_of_one_turn_are_one_hold_answered_in_one_message(drive, tmp_path):
     # ADK goes on as soon as one confirmation is answered; both answers travel together, so the model
     # is called once, with both results.
@@ -183,20 +201,26 @@ def test_two_confirmations_of_one_turn_are_one_hold_answered_in_one_message(driv
     assert d.decide(hold, decision).status_code == 200
     run = d.finished(run_id)
     assert run["output"] == (
-        "reimburse={'error': 'This tool call is rejected.'}; request_time_off={'status': 'ok', 'approved_days': 4}"
+        "reimburse={'error': 'This tool call is rejected.', 'reason': 'no receipt'}; "
+        "request_time_off={'status': 'ok', 'approved_days': 4}"
     ), run
     assert done == [("request_time_off", 4)]
 
 
-def test_expiry_rejects_the_confirmation(drive, tmp_path):
+def test_expiry_refuses_both_kinds_of_confirmation_saying_it_expired(drive, tmp_path):
     done = []
-    d = drive(served(tmp_path, [REIMBURSE], done, expires_in=3600))
-    run_id = d.start({"prompt": "Please reimburse $2000"})
+    d = drive(served(tmp_path, [REIMBURSE + TIME_OFF], done, expires_in=3600))
+    run_id = d.start({"prompt": "Reimburse $2000 and book 5 days off"})
     hold = d.held(run_id)
     d.expire(hold)
     run = d.finished(run_id)
     assert run["holds"][0]["status"] == "expired"
-    assert run["output"] == "reimburse={'error': 'This tool call is rejected.'}" and done == []
+    assert run["output"] == (
+        f"reimburse={{'error': 'This tool call is rejected.', 'reason': '{EXPIRED_MESSAGE}'}}; "
+        f"request_time_off={{'status': 'The time off request is rejected.', 'approved_days': 0, "
+        f"'reason': '{EXPIRED_MESSAGE}'}}"
+    ), run
+    assert done == [("request_time_off", 0)]  # reimburse never ran
 
 
 def test_a_restarted_agent_resumes_from_the_database_and_pauses_again(drive, tmp_path):

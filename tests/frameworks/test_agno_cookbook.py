@@ -7,12 +7,14 @@ run_response.active_requirements: ...` loop with `continue_run` is replaced by `
 """
 
 import json
+import threading
 
 from agentos.adapters import EXPIRED_MESSAGE
 from agentos.adapters.agno import AgnoAgent
 from agno.agent import Agent
 from agno.db.sqlite import SqliteDb
 from agno.tools import tool
+from sqlalchemy import event
 
 from tests.agno_model import ScriptedModel, call, say, tool_messages
 from tests.frameworks.conftest import pytestmark  # noqa: F401 (real service: transaction and Redis)
@@ -122,8 +124,7 @@ def test_user_input_required_that_expires_never_runs_the_tool(drive, tmp_path):
 
     d = drive(AgnoAgent(build))
     run_id = d.start({"prompt": "Send an email"})
-    d.expire(d.held(run_id))
-    run = d.finished(run_id)
+    run = d.expired(run_id)
     assert sent == []  # never with empty fields
     assert run["status"] == "completed" and run["output"] == f"FINAL {EXPIRED_MESSAGE}"
     assert [h["status"] for h in run["holds"]] == ["expired"]
@@ -171,10 +172,36 @@ def test_external_tool_execution_runs_here_only_once_approved(drive, tmp_path):
     assert executed == ["ls -a"] and "no shell" in output
 
 
+class FirstUseAtOnce:
+    """Forces the race of two first uses: each run's first CREATE TABLE waits until the other run has
+    reached its own (so both have found the table missing), then both go on. Armed once the adapter is
+    made; prepared tables mean no run issues a CREATE TABLE, and nothing waits."""
+
+    def __init__(self):
+        self.barrier = threading.Barrier(2, timeout=30)
+        self.armed = False
+        self.arrived = 0
+        self.lock = threading.Lock()
+
+    def watch(self, engine):
+        @event.listens_for(engine, "before_cursor_execute")
+        def hold(conn, cursor, statement, *args):
+            if not (self.armed and statement.lstrip().upper().startswith("CREATE TABLE")):
+                return
+            with self.lock:
+                self.arrived += 1
+                first_two = self.arrived <= 2
+            if first_two:
+                self.barrier.wait()
+
+        return engine
+
+
 def test_two_runs_at_once_on_a_fresh_sqlite_file_both_pause_and_resume(drive, tmp_path):
     """Agno creates its tables on first use; two first uses at once raced (`table … already exists`) and
-    one paused run was not stored, yet a person was asked. Each try is a fresh file."""
+    one paused run was not stored, yet a person was asked."""
     fetched = []
+    race = FirstUseAtOnce()
 
     @tool(requires_confirmation=True)
     def get_top_hackernews_stories(num_stories: int) -> str:
@@ -182,26 +209,21 @@ def test_two_runs_at_once_on_a_fresh_sqlite_file_both_pause_and_resume(drive, tm
         fetched.append(num_stories)
         return f"{num_stories} stories"
 
-    for attempt in range(4):
-        db_file = str(tmp_path / f"fresh-{attempt}.db")
+    def build():
+        db = SqliteDb(db_file=str(tmp_path / "fresh.db"))
+        race.watch(db.db_engine)
+        return Agent(
+            model=model_calling("get_top_hackernews_stories", {"num_stories": 2}),
+            tools=[get_top_hackernews_stories],
+            db=db,
+            telemetry=False,
+        )
 
-        def build(db_file=db_file):
-            return Agent(
-                model=model_calling("get_top_hackernews_stories", {"num_stories": 2}),
-                tools=[get_top_hackernews_stories],
-                db=SqliteDb(db_file=db_file),
-                telemetry=False,
-            )
-
-        d = drive(AgnoAgent(build, prompt=lambda inv: "Fetch the top 2 hackernews stories."))
-        run_ids = [d.start({}), d.start({})]
-        for run_id in run_ids:
-            hold = d.held(run_id)
-            assert d.decide(hold, [{"id": hold["items"][0]["id"], "action": "approve"}]).status_code == 200
-        for run_id in run_ids:
-            run = d.finished(run_id)
-            assert (run["status"], run["output"]) == ("completed", "FINAL 2 stories"), (attempt, run)
-    assert fetched == [2] * 8
+    d = drive(AgnoAgent(build, prompt=lambda inv: "Fetch the top 2 hackernews stories."))
+    race.armed = True
+    for run in d.at_once([{}, {}]):
+        assert (run["status"], run["output"]) == ("completed", "FINAL 2 stories"), run
+    assert fetched == [2, 2]
 
 
 def test_a_pause_agno_did_not_store_fails_the_run_without_asking(drive, tmp_path):
@@ -260,13 +282,10 @@ def test_a_second_pause_after_a_resume_then_an_expiry_refuses_only_the_second_ca
     run_id = d.start({})
     first = d.held(run_id)
     assert [i["id"] for i in first["items"]] == ["call_1"]
-    assert d.decide(first, [{"id": "call_1", "action": "approve"}]).status_code == 200
-    second = d.next_state(run_id)
-    assert second["status"] == "held", second
-    second = d.held(run_id)
+    d.approve(first)
+    second = d.held_again(run_id)
     assert [i["id"] for i in second["items"]] == ["call_2"]
-    d.expire(second)
-    run = d.finished(run_id)
+    run = d.expired(run_id)
     assert run["status"] == "completed" and run["output"] == f"FINAL 1 stories | {EXPIRED_MESSAGE}"
     assert fetched == [1]
     assert [h["status"] for h in run["holds"]] == ["decided", "expired"]

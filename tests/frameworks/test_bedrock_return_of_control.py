@@ -8,6 +8,7 @@ bytes (SPEC "Settled": Adapters), scripted as the agent would answer. Changed pe
 loop over `returnControl` becomes `BedrockAgent(..., run_action=..., ask_for=...)`.
 """
 
+from agentos.adapters import EXPIRED_MESSAGE
 from agentos.adapters.bedrock import BedrockAgent
 
 from tests.frameworks.conftest import pytestmark  # noqa: F401 (real service: transaction and Redis)
@@ -94,3 +95,55 @@ def test_a_lookup_goes_through_and_a_reservation_waits_for_a_person(drive):
             assert [f for f, _ in ran] == ["get_available_vacations_days"]  # the reservation never ran
             assert sent["confirmationState"] == "DENY"
             assert sent["responseBody"]["TEXT"]["body"] == "team offsite that week"
+
+
+def reservation(invocation_id, days="3"):
+    return function_call(
+        invocation_id, "reserve_vacation_time", employee_id="1", start_date="2026-12-20", number_of_days=days
+    )
+
+
+def hr_agent(bedrock, ran):
+    return BedrockAgent(
+        bedrock.client,
+        "AGENT",
+        "ALIAS",
+        run_action=the_sample(ran),
+        ask_for=lambda name, data: name != "VacationsActionGroup.get_available_vacations_days",
+    )
+
+
+def test_expiry_denies_the_reservation_telling_the_agent_it_expired(drive):
+    bedrock = FakeBedrock([reservation("inv-1")], [chunk("Nothing was reserved.")])
+    ran = []
+    d = drive(hr_agent(bedrock, ran))
+    run = d.expired(d.start({"prompt": "Reserve 3 days of vacation from Dec 20"}))
+    assert run["status"] == "completed" and run["output"] == "Nothing was reserved."
+    sent = last_result(bedrock.requests[1][1])
+    assert sent["confirmationState"] == "DENY" and sent["responseBody"]["TEXT"]["body"] == EXPIRED_MESSAGE
+    assert ran == []
+
+
+def test_a_second_pause_after_a_resume_is_a_second_hold(drive):
+    bedrock = FakeBedrock([reservation("inv-1")], [reservation("inv-2", days="2")], [chunk("Both reserved.")])
+    ran = []
+    d = drive(hr_agent(bedrock, ran))
+    run_id = d.start({"prompt": "Reserve 3 days from Dec 20, then 2 more"})
+    d.approve(d.held(run_id))
+    second = d.held_again(run_id)
+    assert second["items"][0]["data"]["number_of_days"] == "2" and len(ran) == 1
+    d.approve(second)
+    run = d.finished(run_id)
+    assert run["status"] == "completed" and run["output"] == "Both reserved."
+    assert [args["number_of_days"] for _, args in ran] == ["3", "2"]
+
+
+def test_two_runs_at_once_both_pause_and_resume(drive):
+    # One client serves both runs: each start gets a returnControl, each resume the answer, in either order.
+    bedrock = FakeBedrock([reservation("inv-1")], [reservation("inv-2")], [chunk("Reserved.")], [chunk("Reserved.")])
+    ran = []
+    d = drive(hr_agent(bedrock, ran))
+    runs = d.at_once([{"prompt": "Reserve 3 days of vacation from Dec 20"}] * 2)
+    assert [(r["status"], r["output"]) for r in runs] == [("completed", "Reserved.")] * 2, runs
+    assert [f for f, _ in ran] == ["reserve_vacation_time"] * 2
+    assert len({url for url, _ in bedrock.requests}) == 2  # two sessions (the id is in the URL), each used twice

@@ -11,6 +11,7 @@ branch answers `defer`, and the options go to `ClaudeAgent(options, hold_matchin
 
 import json
 
+from agentos.adapters import EXPIRED_MESSAGE
 from agentos.adapters.claude import ClaudeAgent
 from claude_agent_sdk import ClaudeAgentOptions, HookMatcher, create_sdk_mcp_server, tool
 
@@ -101,3 +102,38 @@ def test_the_callbacks_own_denials_still_stand_without_a_hold(drive, tmp_path):
         done = d.finished(run_id)
         assert done["status"] == "completed" and done["holds"] == []
         assert "Dangerous command pattern detected" in done["output"]
+
+
+def test_a_second_pause_after_a_resume_then_an_expiry_denies_only_the_second_call(drive, tmp_path):
+    # Both endings in one run: each Claude invocation starts the CLI, the dearest step of these ports.
+    ran = []
+
+    def script(messages):
+        done = tool_results(messages)
+        if len(done) < 2:
+            payee = ["Acme", "Beta"][len(done)]
+            tool_input = {"payee": payee, "amount": "1.00"}
+            return [{"type": "tool_use", "id": f"toolu_{len(done) + 1}", "name": "mcp__bank__pay", "input": tool_input}]
+        return [{"type": "text", "text": "FINAL " + json.dumps([r.get("content") for r in done])}]
+
+    with FakeAnthropic(script) as fake:
+        d = drive(ClaudeAgent(options(fake, tmp_path, ran), hold_matching=False))
+        run_id = d.start({"prompt": "pay Acme, then Beta"})
+        d.approve(d.held(run_id))
+        second = d.held_again(run_id)
+        assert second["items"][0]["data"]["payee"] == "Beta" and ran == [{"payee": "Acme", "amount": "1.00"}]
+        run = d.expired(run_id)
+        assert run["status"] == "completed" and "paid Acme 1.00" in run["output"], run
+        assert EXPIRED_MESSAGE in run["output"] and "paid Beta" not in run["output"]
+        assert ran == [{"payee": "Acme", "amount": "1.00"}]  # the expired call never ran
+        assert [h["status"] for h in run["holds"]] == ["decided", "expired"]
+
+
+def test_two_runs_at_once_on_a_fresh_config_dir_both_pause_and_resume(drive, tmp_path):
+    ran = []
+    with FakeAnthropic(model_calling("mcp__bank__pay", {"payee": "Acme", "amount": "120.00"})) as fake:
+        d = drive(ClaudeAgent(options(fake, tmp_path, ran), hold_matching=False))
+        runs = d.at_once([{"prompt": "pay Acme"}] * 2)
+        for run in runs:
+            assert run["status"] == "completed" and "paid Acme 120.00" in run["output"], run
+        assert ran == [{"payee": "Acme", "amount": "120.00"}] * 2

@@ -11,6 +11,7 @@ LangGraphAgent, the model is scripted (no network), and each example's one adapt
 import sqlite3
 from typing import Literal, TypedDict
 
+from agentos.adapters import EXPIRED_MESSAGE
 from agentos.adapters.langgraph import LangGraphAgent
 from langchain.agents import create_agent
 from langchain.agents.middleware import HumanInTheLoopMiddleware
@@ -79,6 +80,14 @@ def test_approve_or_reject_takes_the_docs_branches(drive, tmp_path):
         )
         assert d.finished(run_id)["output"]["status"] == status
     assert ran == ["Transfer $500 (approve)"]  # the rejected step never ran
+
+
+def test_two_runs_at_once_on_a_fresh_checkpoint_file_both_pause_and_resume(drive, tmp_path):
+    ran = []
+    d = drive(LangGraphAgent(approval_graph(saver(tmp_path), ran)))
+    runs = d.at_once([{"action_details": "Transfer $1"}, {"action_details": "Transfer $2"}])
+    assert [r["output"]["status"] for r in runs] == ["approved", "approved"], runs
+    assert sorted(ran) == ["Transfer $1", "Transfer $2"]
 
 
 # --- "Review and edit state" ----------------------------------------------------------------------
@@ -226,7 +235,7 @@ def test_interrupts_in_tools_send_the_edited_email_and_never_a_rejected_one(driv
 # --- LangChain HumanInTheLoopMiddleware -----------------------------------------------------------
 
 
-def hitl_agent(checkpointer, ran, mode):
+def hitl_agent(checkpointer, ran, mode, turns=None):
     @tool
     def write_file(path: str, content: str) -> str:
         """Write a file."""
@@ -243,7 +252,8 @@ def hitl_agent(checkpointer, ran, mode):
         {"name": "write_file", "args": {"path": "a.txt", "content": "x"}, "id": "c1", "type": "tool_call"},
         {"name": "execute_sql", "args": {"query": "DELETE FROM t"}, "id": "c2", "type": "tool_call"},
     ]
-    model = ToolModel(messages=iter([AIMessage(content="", tool_calls=calls), AIMessage("done")]))
+    replies = [AIMessage(content="", tool_calls=t) for t in turns or [calls]]
+    model = ToolModel(messages=iter([*replies, AIMessage("done")]))
     middleware = HumanInTheLoopMiddleware(
         interrupt_on={
             "write_file": True,
@@ -258,9 +268,10 @@ def tool_results(values):
     return {m.tool_call_id: (m.status, m.content) for m in values["messages"] if m.type == "tool"}
 
 
-def run_middleware(drive, tmp_path, mode):
+def run_middleware(drive, tmp_path, mode, turns=None):
     ran = []
-    d = drive(LangGraphAgent(hitl_agent(saver(tmp_path), ran, mode), input=messages_in, output=tool_results))
+    graph = hitl_agent(saver(tmp_path), ran, mode, turns)
+    d = drive(LangGraphAgent(graph, input=messages_in, output=tool_results))
     run_id = d.start({"task": "tidy"})
     hold = d.held(run_id)
     return d, run_id, hold, {i["title"].split("(")[0]: i for i in hold["items"]}, ran
@@ -298,3 +309,28 @@ def test_per_call_middleware_asks_each_call_and_applies_each_decision(drive, tmp
     output = d.finished(run_id)["output"]
     assert ran == [("write_file", "b.txt", "y")]
     assert output["c2"][0] == "error" and "use a migration" in output["c2"][1]
+
+
+def test_expiry_rejects_every_call_telling_the_model_it_expired(drive, tmp_path):
+    d, run_id, hold, by_name, ran = run_middleware(drive, tmp_path, "batched")
+    output = d.expired(run_id)["output"]
+    assert ran == []
+    for call_id in ("c1", "c2"):
+        status, content = output[call_id]
+        assert status == "error" and EXPIRED_MESSAGE in content, output
+
+
+def test_a_second_pause_after_a_resume_is_a_second_hold(drive, tmp_path):
+    write = {"name": "write_file", "args": {"path": "a.txt", "content": "x"}, "id": "c1", "type": "tool_call"}
+    sql = {"name": "execute_sql", "args": {"query": "DELETE FROM t"}, "id": "c2", "type": "tool_call"}
+    d, run_id, first, by_name, ran = run_middleware(drive, tmp_path, "batched", turns=[[write], [sql]])
+    assert list(by_name) == ["write_file"]
+    d.approve(first)
+    second = d.held_again(run_id)
+    assert [i["title"].split("(")[0] for i in second["items"]] == ["execute_sql"] and ran == [
+        ("write_file", "a.txt", "x")
+    ]
+    d.approve(second)
+    run = d.finished(run_id)
+    assert run["output"] == {"c1": ["success", "wrote a.txt"], "c2": ["success", "ok"]}, run
+    assert ran == [("write_file", "a.txt", "x"), ("execute_sql", "DELETE FROM t")]

@@ -6,6 +6,7 @@ Source: openai/openai-agents-python, examples/agent_patterns/human_in_the_loop.p
 approve/reject, Runner.run) is replaced by `OpenAIAgentsAgent(agent)`.
 """
 
+from agentos.adapters import EXPIRED_MESSAGE
 from agentos.adapters.openai_agents import OpenAIAgentsAgent
 from agents import Agent, set_tracing_disabled
 from agents.decorators import tool
@@ -93,3 +94,48 @@ def test_edit_is_a_rejection_naming_the_call_and_the_models_repeat_runs_without_
     done = d.finished(run_id)
     assert done["status"] == "completed" and len(done["holds"]) == 1
     assert received == [("get_weather", "Oakland"), ("get_temperature", "Oakland Hills")]
+
+
+def temperature(city, call_id):
+    return [function_call("get_temperature", {"city": city}, call_id=call_id)]
+
+
+def tool_outputs(model):
+    """What the model was told each call returned, on its last call."""
+    return {i["call_id"]: i["output"] for i in model.last_call.input if i.get("type") == "function_call_output"}
+
+
+def test_expiry_rejects_the_call_telling_the_model_it_expired(drive):
+    received = []
+    model = ScriptedModel([both_calls(), [assistant_message("No temperature: the approval expired.")]])
+    d = drive(OpenAIAgentsAgent(weather_agent(model, received)))
+    run = d.expired(d.start({"prompt": "What is the weather and temperature in Oakland?"}))
+    assert run["status"] == "completed" and run["output"] == "No temperature: the approval expired."
+    assert tool_outputs(model)["t1"] == EXPIRED_MESSAGE
+    assert received == [("get_weather", "Oakland")]
+
+
+def test_a_second_pause_after_a_resume_is_a_second_hold(drive):
+    received = []
+    model = ScriptedModel(
+        [temperature("Oakland", "t1"), temperature("Oakland Hills", "t2"), [assistant_message("20° in both.")]]
+    )
+    d = drive(OpenAIAgentsAgent(weather_agent(model, received)))
+    run_id = d.start({"prompt": "Temperatures in Oakland and Oakland Hills?"})
+    d.approve(d.held(run_id))
+    second = d.held_again(run_id)
+    assert [i["id"] for i in second["items"]] == ["t2"] and received == [("get_temperature", "Oakland")]
+    d.approve(second)
+    run = d.finished(run_id)
+    assert run["status"] == "completed" and run["output"] == "20° in both." and len(run["holds"]) == 2
+    assert received == [("get_temperature", "Oakland"), ("get_temperature", "Oakland Hills")]
+
+
+def test_two_runs_at_once_both_pause_and_resume(drive):
+    received = []
+    # One agent serves both runs: each starts (a call), then each resumes (an answer), in either order.
+    steps = [temperature("Oakland", "t1"), temperature("Oakland", "t1")] + [[assistant_message("20°.")]] * 2
+    d = drive(OpenAIAgentsAgent(weather_agent(ScriptedModel(steps), received)))
+    runs = d.at_once([{"prompt": "Temperature in Oakland?"}] * 2)
+    assert [(r["status"], r["output"]) for r in runs] == [("completed", "20°.")] * 2, runs
+    assert received == [("get_temperature", "Oakland")] * 2

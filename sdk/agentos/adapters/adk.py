@@ -15,15 +15,23 @@ call's id, whose response is a `ToolConfirmation`:
 - approve → `confirmed: true` (with the payload as asked, when the tool sent one);
 - edit → `confirmed: true` with the reviewer's payload (only for tools that sent a payload: ADK has
   no way to change a boolean confirmation's arguments);
-- reject / feedback / expired → `confirmed: false`, the comment (or the expiry) as the `hint`, and the
-  payload as asked. ADK's own rejection of a `require_confirmation` tool says "This tool call is
-  rejected." to the model; a tool that asks with a payload reads `tool_context.tool_confirmation`.
+- reject / feedback / expired → `confirmed: false`, the reason as the `hint` (the reviewer's comment,
+  or EXPIRED_MESSAGE when the hold expired), and the payload as asked with `reason` and `expired`
+  added when it is an object (a tool that asks with a payload reads them in
+  `tool_context.tool_confirmation.payload`).
+
+ADK's own answer to a refused `require_confirmation` tool is the fixed "This tool call is rejected.",
+and a tool that asks with a payload answers whatever it likes; neither tells the model why. So the
+runner gets one plugin (`ReasonPlugin`): the response of a refused call gains `reason` (the comment,
+or the expiry), unless the tool already put one there.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from typing import Any
+
+from google.adk.plugins.base_plugin import BasePlugin
 
 from .. import Invocation
 from ..resume import DecidedItem
@@ -85,11 +93,16 @@ class ADKAgent:
         return run_coroutine(self.run(inv))
 
     def _runner(self) -> Any:
+        from google.adk.apps import App
         from google.adk.runners import Runner
 
         if self.app is not None:
-            return Runner(app=self.app, session_service=self.session_service)
-        return Runner(agent=self.agent, app_name=self.app_name, session_service=self.session_service)
+            app = self.app.model_copy(update={"plugins": [*self.app.plugins, ReasonPlugin()]})
+        else:
+            # As Runner(agent=…, app_name=…) wraps a bare agent: App's own validation would refuse
+            # names that ADK accepts there.
+            app = App.model_construct(name=self.app_name, root_agent=self.agent, plugins=[ReasonPlugin()])
+        return Runner(app=app, session_service=self.session_service)
 
     async def run(self, inv: Invocation) -> Any:
         from google.genai import types
@@ -160,6 +173,21 @@ class ADKAgent:
         return payload_schema(data)
 
 
+class ReasonPlugin(BasePlugin):
+    """Tells the model why a call was refused: ADK's own response to a refused confirmation does not."""
+
+    def __init__(self) -> None:
+        super().__init__(name="agentos_review_reason")
+
+    async def after_tool_callback(self, *, tool: Any, tool_args: Any, tool_context: Any, result: Any) -> Any:
+        confirmation = tool_context.tool_confirmation
+        if confirmation is None or confirmation.confirmed or not confirmation.hint:
+            return None
+        if not isinstance(result, dict) or "reason" in result:
+            return None
+        return {**result, "reason": confirmation.hint}
+
+
 def confirmations_in(event: Any) -> list[dict[str, Any]]:
     """The `adk_request_confirmation` calls of one event, as kept in run state."""
     found = []
@@ -188,12 +216,17 @@ def confirmation_part(c: dict[str, Any], decided: DecidedItem | None) -> Any:
 
     action = "reject" if decided is None or decided.action == "feedback" else decided.action
     response: dict[str, Any] = {"confirmed": action in ("approve", "edit")}
+    reason = None
+    if action == "reject":
+        reason = EXPIRED_MESSAGE if decided is None else (decided.comment or "A reviewer rejected this call.")
+        response["hint"] = reason
     if c["payload"] is not None:
         payload = decided.data if action == "edit" else c["payload"]
         unwrap = not isinstance(c["payload"], dict)
         response["payload"] = payload["value"] if unwrap and action == "edit" else payload
-    if action == "reject":
-        response["hint"] = EXPIRED_MESSAGE if decided is None else (decided.comment or "A reviewer rejected this call.")
+        if reason is not None and isinstance(payload, dict):
+            # Room for why: the tool reads it where it reads the rest of its confirmation.
+            response["payload"] = {**payload, "reason": reason, "expired": decided is None}
     return types.Part(
         function_response=types.FunctionResponse(id=c["confirmation_id"], name=CONFIRMATION, response=response)
     )
