@@ -8,7 +8,8 @@
 //   with examples/streaming/src/human-in-the-loop/in-process.ts (the run → interrupt → `Command({ resume:
 //   { decisions } })` loop);
 // - langchain-ai/docs, src/oss/langgraph/interrupts.mdx (JS): "Approve or reject" (`approvalNode`),
-//   "Interrupts in tools" (`sendEmailTool`) and "Validating human input" (the full example's `collectAge`).
+//   "Interrupts in tools" (`sendEmailTool`), "Validating human input" (the full example's `collectAge`) and
+//   "Handling multiple interrupts" (`nodeA`, `nodeB`).
 // Changed per docs/sdk.md:
 // - `model` (Anthropic) → `fakeModel()` from `@langchain/core/testing`, scripted (no network);
 // - `checkpointer: new MemorySaver()` → `PostgresSaver.fromConnString(…)` (the adapter refuses an in-memory one);
@@ -18,6 +19,7 @@
 // - "Interrupts in tools": its full example's graph (a model node that never runs the tool) → `createAgent`
 //   with the scripted model, as the Python port does; the tool records what it sent;
 // - "Validating human input": `langGraphAgent({ graph, schema })`, the schema of the answer the node accepts.
+// - TypeScript-only syntax (`Annotation<string[]>`, `as string`, `typeof State.State`) dropped: this file is JavaScript.
 import assert from "node:assert/strict";
 import { after, before, describe, test } from "node:test";
 
@@ -180,6 +182,36 @@ function ageGraph(checkpointer) {
     .compile({ checkpointer });
 }
 
+// "Handling multiple interrupts" (interrupts.mdx, JS): parallel branches interrupt in the same step.
+function parallelGraph(checkpointer) {
+  const State = Annotation.Root({
+    vals: Annotation({
+      reducer: (left, right) =>
+        left.concat(Array.isArray(right) ? right : [right]),
+      default: () => [],
+    }),
+  });
+
+  function nodeA(_state) {
+    const answer = interrupt("question_a");
+    return { vals: [`a:${answer}`] };
+  }
+
+  function nodeB(_state) {
+    const answer = interrupt("question_b");
+    return { vals: [`b:${answer}`] };
+  }
+
+  return new StateGraph(State)
+    .addNode("a", nodeA)
+    .addNode("b", nodeB)
+    .addEdge(START, "a")
+    .addEdge(START, "b")
+    .addEdge("a", END)
+    .addEdge("b", END)
+    .compile({ checkpointer });
+}
+
 const AGE = { type: "object", properties: { value: { type: "integer", minimum: 1 } }, required: ["value"] };
 const EMAIL = [["send_email", { to: "alice@example.com", subject: "Hi", body: "Hello" }, "call_email"]];
 const SEND = [["send_release_update_email", { to: "team@example.com", subject: "Streaming API is live", body: "The new streaming API ships today." }, "call_send"]];
@@ -193,7 +225,7 @@ let port;
 let server;
 let expiring;
 const savers = [];
-const sent = { main: [], restarted: [], expiring: [], tool: [], toolExpiring: [] };
+const sent = { main: [], restarted: [], expiring: [], tool: [], toolExpiring: [], both: [] };
 const proceeded = [];
 const proceededExpiring = [];
 let expiringPlain;
@@ -222,6 +254,8 @@ async function serveAgents(sentTo) {
         expiresIn: 60,
       }),
       age: langGraphAgent({ graph: ageGraph(checkpointer), schema: AGE }),
+      parallel: langGraphAgent({ graph: parallelGraph(checkpointer) }),
+      email_both: langGraphAgent({ graph: hitlAgent([[...SEND, ...FOLLOW_UP]], sent.both, checkpointer), input: userMessage, output: toolMessages }),
     },
     { secret, port, log: () => {} },
   ).listen();
@@ -239,6 +273,8 @@ before(async () => {
     email_tool: { endpoint, secret },
     email_tool_expiring: { endpoint, secret },
     age: { endpoint, secret },
+    parallel: { endpoint, secret },
+    email_both: { endpoint, secret },
   });
   server = await serveAgents(sent.main);
   // Asked first, so that its 60 s (the shortest expiry) pass while the rest runs.
@@ -408,5 +444,43 @@ describe("a plain interrupt(): a typed edit and an expiry, answered as the Pytho
     assert.equal(run.holds[0].status, "expired");
     assert.deepEqual(run.output, { call_email: ["success", "Email cancelled by user"] });
     assert.deepEqual(sent.toolExpiring, []);
+  });
+});
+
+describe("several pauses in one step are one hold, each answered by its own decision", () => {
+  test('"Handling multiple interrupts": both branches are items of one hold; each node gets its own answer', async () => {
+    const runId = await service.startRun("parallel", { vals: [] });
+    const hold = await service.heldHold(runId);
+    assert.equal(hold.intent, "Approve 2 pending step(s)");
+    const byQuestion = Object.fromEntries(hold.items.map((i) => [i.data.value, i.id]));
+    assert.deepEqual(Object.keys(byQuestion).sort(), ["question_a", "question_b"]);
+    await service.decide(hold.hold_id, {
+      items: [
+        { id: byQuestion.question_a, action: "edit", data: { value: "answer for question_a" } },
+        { id: byQuestion.question_b, action: "reject" },
+      ],
+    });
+    const run = await service.runReaches(runId, "completed");
+    assert.deepEqual(run.output.vals.sort(), ["a:answer for question_a", "b:false"]);
+    assert.equal(run.holds.length, 1);
+  });
+
+  test("the middleware's two calls of one model message are two items of one hold, decided by position", async () => {
+    // Approve and edit only: on a reject LangChain JS drops the message's other calls and asks the model again.
+    const runId = await service.startRun("email_both", PROMPT);
+    const hold = await service.heldHold(runId);
+    assert.equal(hold.intent, "Approve 2 tool call(s): send_release_update_email");
+    assert.deepEqual(hold.items.map((i) => [i.id.split(".")[1], i.data.to]), [["0", "team@example.com"], ["1", "cto@example.com"]]);
+    const edited = { ...FOLLOW_UP[0][1], to: "board@example.com" };
+    await service.decide(hold.hold_id, {
+      items: [
+        { id: hold.items[1].id, action: "edit", data: edited },
+        { id: hold.items[0].id, action: "approve" },
+      ],
+    });
+    const run = await service.runReaches(runId, "completed");
+    assert.deepEqual(Object.keys(run.output).sort(), ["call_follow_up", "call_send"]);
+    assert.deepEqual(sent.both, [SEND[0][1], edited]);
+    assert.equal(run.holds.length, 1);
   });
 });
