@@ -7,13 +7,19 @@
 //   `send_release_update_email`, the `humanInTheLoopMiddleware` config and `createAgent` are the example's)
 //   with examples/streaming/src/human-in-the-loop/in-process.ts (the run → interrupt → `Command({ resume:
 //   { decisions } })` loop);
-// - langchain-ai/docs, src/oss/langgraph/interrupts.mdx (JS), "Approve or reject" (`approvalNode`).
+// - langchain-ai/docs, src/oss/langgraph/interrupts.mdx (JS): "Approve or reject" (`approvalNode`),
+//   "Interrupts in tools" (`sendEmailTool`), "Validating human input" (the full example's `collectAge`) and
+//   "Handling multiple interrupts" (`nodeA`, `nodeB`).
 // Changed per docs/sdk.md:
 // - `model` (Anthropic) → `fakeModel()` from `@langchain/core/testing`, scripted (no network);
 // - `checkpointer: new MemorySaver()` → `PostgresSaver.fromConnString(…)` (the adapter refuses an in-memory one);
 // - the tool records what it sent (the example returns the same object);
 // - in-process.ts's two `stream_v2` turns and its `decisions` → `langGraphAgent({ graph: agent, input })`;
-// - the docs' `StateSchema` → `Annotation.Root` (the same two fields), and `langGraphAgent({ graph })`.
+// - the docs' `StateSchema` → `Annotation.Root` (the same two fields), and `langGraphAgent({ graph })`;
+// - "Interrupts in tools": its full example's graph (a model node that never runs the tool) → `createAgent`
+//   with the scripted model, as the Python port does; the tool records what it sent;
+// - "Validating human input": `langGraphAgent({ graph, schema })`, the schema of the answer the node accepts.
+// - TypeScript-only syntax (`Annotation<string[]>`, `as string`, `typeof State.State`) dropped: this file is JavaScript.
 import assert from "node:assert/strict";
 import { after, before, describe, test } from "node:test";
 
@@ -21,7 +27,7 @@ import { Server } from "@agentos/sdk";
 import { langGraphAgent } from "@agentos/sdk/langgraph";
 import { AIMessage } from "@langchain/core/messages";
 import { fakeModel } from "@langchain/core/testing";
-import { Annotation, Command, END, MemorySaver, START, StateGraph, interrupt } from "@langchain/langgraph";
+import { Annotation, Command, END, MemorySaver, START, StateGraph, StateSchema, interrupt } from "@langchain/langgraph";
 import { PostgresSaver } from "@langchain/langgraph-checkpoint-postgres";
 import { createAgent, humanInTheLoopMiddleware, tool } from "langchain";
 import { z } from "zod/v4";
@@ -116,6 +122,98 @@ function approvalGraph(checkpointer, proceeded) {
     .compile({ checkpointer });
 }
 
+// "Interrupts in tools" (interrupts.mdx, JS): the approval lives in the tool.
+function emailToolAgent(checkpointer, sent) {
+  const sendEmailTool = tool(
+    async ({ to, subject, body }) => {
+      // Pause before sending; payload surfaces in result.__interrupt__
+      const response = interrupt({
+        action: "send_email",
+        to,
+        subject,
+        body,
+        message: "Approve sending this email?",
+      });
+
+      if (response?.action === "approve") {
+        // Resume value can override inputs before executing
+        const finalTo = response.to ?? to;
+        const finalSubject = response.subject ?? subject;
+        const finalBody = response.body ?? body;
+        sent.push({ to: finalTo, subject: finalSubject, body: finalBody });
+        return `Email sent to ${finalTo} with subject '${finalSubject}'`;
+      }
+      return "Email cancelled by user";
+    },
+    {
+      name: "send_email",
+      description: "Send an email to a recipient",
+      schema: z.object({
+        to: z.string(),
+        subject: z.string(),
+        body: z.string(),
+      }),
+    },
+  );
+  return createAgent({ model: scripted([EMAIL]), tools: [sendEmailTool], checkpointer });
+}
+
+// "Validating human input" (interrupts.mdx, JS, full example): one interrupt per node run, a conditional edge re-asks.
+function ageGraph(checkpointer) {
+  const State = new StateSchema({
+    age: z.number().nullable(),
+    pendingQuestion: z.string().nullable(),
+  });
+
+  return new StateGraph(State)
+    .addNode("collectAge", (state) => {
+      const question = state.pendingQuestion ?? "What is your age?";
+      const answer = interrupt(question); // called exactly once per invocation
+
+      if (typeof answer === "number" && answer > 0) {
+        return { age: answer, pendingQuestion: null };
+      }
+      return { pendingQuestion: `'${answer}' is not a valid age. Please enter a positive number.` };
+    })
+    .addEdge(START, "collectAge")
+    .addConditionalEdges("collectAge", (state) =>
+      state.age !== null ? END : "collectAge"
+    )
+    .compile({ checkpointer });
+}
+
+// "Handling multiple interrupts" (interrupts.mdx, JS): parallel branches interrupt in the same step.
+function parallelGraph(checkpointer) {
+  const State = Annotation.Root({
+    vals: Annotation({
+      reducer: (left, right) =>
+        left.concat(Array.isArray(right) ? right : [right]),
+      default: () => [],
+    }),
+  });
+
+  function nodeA(_state) {
+    const answer = interrupt("question_a");
+    return { vals: [`a:${answer}`] };
+  }
+
+  function nodeB(_state) {
+    const answer = interrupt("question_b");
+    return { vals: [`b:${answer}`] };
+  }
+
+  return new StateGraph(State)
+    .addNode("a", nodeA)
+    .addNode("b", nodeB)
+    .addEdge(START, "a")
+    .addEdge(START, "b")
+    .addEdge("a", END)
+    .addEdge("b", END)
+    .compile({ checkpointer });
+}
+
+const AGE = { type: "object", properties: { value: { type: "integer", minimum: 1 } }, required: ["value"] };
+const EMAIL = [["send_email", { to: "alice@example.com", subject: "Hi", body: "Hello" }, "call_email"]];
 const SEND = [["send_release_update_email", { to: "team@example.com", subject: "Streaming API is live", body: "The new streaming API ships today." }, "call_send"]];
 const FOLLOW_UP = [["send_release_update_email", { to: "cto@example.com", subject: "Streaming API: rollout done", body: "All regions." }, "call_follow_up"]];
 const userMessage = (inv) => ({ messages: [{ role: "user", content: inv.input.prompt }] });
@@ -127,8 +225,10 @@ let port;
 let server;
 let expiring;
 const savers = [];
-const sent = { main: [], restarted: [], expiring: [] };
+const sent = { main: [], restarted: [], expiring: [], tool: [], toolExpiring: [], both: [] };
 const proceeded = [];
+const proceededExpiring = [];
+let expiringPlain;
 
 async function saver() {
   const s = PostgresSaver.fromConnString(service.databaseUrl, { schema: "langgraph" });
@@ -145,6 +245,17 @@ async function serveAgents(sentTo) {
       email_twice: langGraphAgent({ graph: hitlAgent([SEND, FOLLOW_UP], sentTo, checkpointer), input: userMessage, output: toolMessages }),
       email_expiring: langGraphAgent({ graph: hitlAgent([SEND], sent.expiring, checkpointer), input: userMessage, output: toolMessages, expiresIn: 60 }),
       approval: langGraphAgent({ graph: approvalGraph(checkpointer, proceeded) }),
+      approval_expiring: langGraphAgent({ graph: approvalGraph(checkpointer, proceededExpiring), expiresIn: 60 }),
+      email_tool: langGraphAgent({ graph: emailToolAgent(checkpointer, sent.tool), input: userMessage, output: toolMessages }),
+      email_tool_expiring: langGraphAgent({
+        graph: emailToolAgent(checkpointer, sent.toolExpiring),
+        input: userMessage,
+        output: toolMessages,
+        expiresIn: 60,
+      }),
+      age: langGraphAgent({ graph: ageGraph(checkpointer), schema: AGE }),
+      parallel: langGraphAgent({ graph: parallelGraph(checkpointer) }),
+      email_both: langGraphAgent({ graph: hitlAgent([[...SEND, ...FOLLOW_UP]], sent.both, checkpointer), input: userMessage, output: toolMessages }),
     },
     { secret, port, log: () => {} },
   ).listen();
@@ -158,10 +269,20 @@ before(async () => {
     email_twice: { endpoint, secret },
     email_expiring: { endpoint, secret },
     approval: { endpoint, secret },
+    approval_expiring: { endpoint, secret },
+    email_tool: { endpoint, secret },
+    email_tool_expiring: { endpoint, secret },
+    age: { endpoint, secret },
+    parallel: { endpoint, secret },
+    email_both: { endpoint, secret },
   });
   server = await serveAgents(sent.main);
   // Asked first, so that its 60 s (the shortest expiry) pass while the rest runs.
   expiring = await service.startRun("email_expiring", { prompt: "Send a release update email about the new streaming API" });
+  expiringPlain = {
+    approval: await service.startRun("approval_expiring", { actionDetails: "Transfer $500 (expires)" }),
+    tool: await service.startRun("email_tool_expiring", { prompt: "email alice" }),
+  };
 });
 
 after(async () => {
@@ -276,5 +397,90 @@ describe('interrupts.mdx "Approve or reject"', () => {
       assert.equal(run.output.status, status);
     }
     assert.deepEqual(proceeded, ["Transfer $500 (approve)"]);
+  });
+});
+
+describe("a plain interrupt(): a typed edit and an expiry, answered as the Python adapter answers them", () => {
+  test('"Validating human input": a wrongly typed edit is refused; the node gets the edited number itself', async () => {
+    const runId = await service.startRun("age", { age: null, pendingQuestion: null });
+    const hold = await service.heldHold(runId);
+    const [item] = hold.items;
+    assert.deepEqual(item.data, { value: "What is your age?" });
+    assert.deepEqual(item.schema, AGE);
+    for (const value of [-3, "thirty"]) {
+      const refused = await service.api("POST", `/v0/holds/${hold.hold_id}/decision`, { items: [{ id: item.id, action: "edit", data: { value } }] });
+      assert.equal(refused.status, 422, JSON.stringify(refused.body));
+      assert.equal(refused.body.errors[0].field, "items[0].data.value");
+    }
+    // `interrupt(question)` returns 30, not { value: 30 }: the node's number check passes at once.
+    await service.decide(hold.hold_id, { items: [{ id: item.id, action: "edit", data: { value: 30 } }] });
+    const run = await service.runReaches(runId, "completed");
+    assert.deepEqual(run.output, { age: 30, pendingQuestion: null });
+    assert.equal(run.holds.length, 1);
+  });
+
+  test('"Interrupts in tools": a wrongly typed edit is refused; the tool sends the edited email', async () => {
+    const runId = await service.startRun("email_tool", { prompt: "email alice" });
+    const hold = await service.heldHold(runId);
+    const [item] = hold.items;
+    assert.equal(item.title, "Approve sending this email?");
+    assert.deepEqual(item.data, { action: "send_email", ...EMAIL[0][1], message: "Approve sending this email?" });
+    const bad = await service.api("POST", `/v0/holds/${hold.hold_id}/decision`, { items: [{ id: item.id, action: "edit", data: { ...item.data, to: 5 } }] });
+    assert.equal(bad.status, 422);
+    assert.equal(bad.body.errors[0].field, "items[0].data.to");
+    await service.decide(hold.hold_id, { items: [{ id: item.id, action: "edit", data: { ...item.data, to: "bob@example.com" } }] });
+    const run = await service.runReaches(runId, "completed");
+    assert.deepEqual(run.output, { call_email: ["success", "Email sent to bob@example.com with subject 'Hi'"] });
+    assert.deepEqual(sent.tool, [{ to: "bob@example.com", subject: "Hi", body: "Hello" }]);
+  });
+
+  test("an expired hold answers false (the node's else branch) and { action: \"reject\" } (the tool cancels)", async () => {
+    // Asked in before(), so their 60 s passed with the middleware's expiring hold above.
+    let run = await service.runReaches(expiringPlain.approval, "completed", 150_000);
+    assert.equal(run.holds[0].status, "expired");
+    assert.equal(run.output.status, "rejected");
+    assert.deepEqual(proceededExpiring, []);
+    run = await service.runReaches(expiringPlain.tool, "completed", 150_000);
+    assert.equal(run.holds[0].status, "expired");
+    assert.deepEqual(run.output, { call_email: ["success", "Email cancelled by user"] });
+    assert.deepEqual(sent.toolExpiring, []);
+  });
+});
+
+describe("several pauses in one step are one hold, each answered by its own decision", () => {
+  test('"Handling multiple interrupts": both branches are items of one hold; each node gets its own answer', async () => {
+    const runId = await service.startRun("parallel", { vals: [] });
+    const hold = await service.heldHold(runId);
+    assert.equal(hold.intent, "Approve 2 pending step(s)");
+    const byQuestion = Object.fromEntries(hold.items.map((i) => [i.data.value, i.id]));
+    assert.deepEqual(Object.keys(byQuestion).sort(), ["question_a", "question_b"]);
+    await service.decide(hold.hold_id, {
+      items: [
+        { id: byQuestion.question_a, action: "edit", data: { value: "answer for question_a" } },
+        { id: byQuestion.question_b, action: "reject" },
+      ],
+    });
+    const run = await service.runReaches(runId, "completed");
+    assert.deepEqual(run.output.vals.sort(), ["a:answer for question_a", "b:false"]);
+    assert.equal(run.holds.length, 1);
+  });
+
+  test("the middleware's two calls of one model message are two items of one hold, decided by position", async () => {
+    // Approve and edit only: on a reject LangChain JS drops the message's other calls and asks the model again.
+    const runId = await service.startRun("email_both", PROMPT);
+    const hold = await service.heldHold(runId);
+    assert.equal(hold.intent, "Approve 2 tool call(s): send_release_update_email");
+    assert.deepEqual(hold.items.map((i) => [i.id.split(".")[1], i.data.to]), [["0", "team@example.com"], ["1", "cto@example.com"]]);
+    const edited = { ...FOLLOW_UP[0][1], to: "board@example.com" };
+    await service.decide(hold.hold_id, {
+      items: [
+        { id: hold.items[1].id, action: "edit", data: edited },
+        { id: hold.items[0].id, action: "approve" },
+      ],
+    });
+    const run = await service.runReaches(runId, "completed");
+    assert.deepEqual(Object.keys(run.output).sort(), ["call_follow_up", "call_send"]);
+    assert.deepEqual(sent.both, [SEND[0][1], edited]);
+    assert.equal(run.holds.length, 1);
   });
 });

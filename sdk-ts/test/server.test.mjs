@@ -5,7 +5,7 @@ import { createServer } from "node:http";
 import { connect } from "node:net";
 import { after, before, describe, test } from "node:test";
 
-import { Resume, Server, sign } from "@agentos/sdk";
+import { Resume, Server, serve, sign } from "@agentos/sdk";
 
 import { deliver, freePort, invocation, newSecret } from "./harness.mjs";
 
@@ -109,6 +109,41 @@ describe("signatures", () => {
       }
     } finally {
       for (const [key, value] of [["AGENTOS_PORT", saved.port], ["AGENTOS_HOST", saved.host]]) {
+        if (value === undefined) delete process.env[key];
+        else process.env[key] = value;
+      }
+    }
+  });
+
+  test("the secret in the code wins over AGENTOS_SECRET, used only when the code gives none", async () => {
+    const saved = { secret: process.env.AGENTOS_SECRET, port: process.env.AGENTOS_PORT };
+    const fromEnv = newSecret();
+    const port = await freePort();
+    try {
+      process.env.AGENTOS_SECRET = fromEnv;
+      process.env.AGENTOS_PORT = "1"; // serve()'s port option must win too
+      // Both ways an agent starts: new Server(…).listen() and serve(…).
+      for (const start of [
+        () => new Server(handlers, { secret, port: 0, log: () => {} }).listen(),
+        () => serve(handlers, { secret, port, host: "127.0.0.1", log: () => {} }),
+      ]) {
+        const s = await start();
+        try {
+          assert.equal((await deliver(s.url, secret, invocation())).status, 200);
+          assert.equal((await deliver(s.url, fromEnv, invocation())).status, 401);
+        } finally {
+          await s.close();
+        }
+      }
+      const s = await new Server(handlers, { port: 0, log: () => {} }).listen();
+      try {
+        assert.equal((await deliver(s.url, fromEnv, invocation())).status, 200);
+        assert.equal((await deliver(s.url, secret, invocation())).status, 401);
+      } finally {
+        await s.close();
+      }
+    } finally {
+      for (const [key, value] of [["AGENTOS_SECRET", saved.secret], ["AGENTOS_PORT", saved.port]]) {
         if (value === undefined) delete process.env[key];
         else process.env[key] = value;
       }
