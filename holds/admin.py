@@ -1,14 +1,22 @@
 """Django admin for every model, read-only. Every change goes through services.py, which audits it:
 holds, runs and invocations change by their own rules, people, service accounts, capabilities and
 approvers on the team page, and the audit log never. No lookup may touch a secret field, so
-`?secret__regex=^a` cannot read a signing secret out of a changelist one character at a time."""
+`?secret__regex=^a` cannot read a signing secret out of a changelist one character at a time.
 
+The app's own admins (policy.may_administer: an admin membership, which the team service makes
+staff, or a superuser) see every model here without Django's per-model permissions, which nothing
+grants; django-axes' sign-in records are read-only too."""
+
+from axes.admin import AccessAttemptAdmin, AccessFailureLogAdmin, AccessLogAdmin
+from axes.models import AccessAttempt, AccessFailureLog, AccessLog
 from django.contrib import admin
 from django.contrib.auth import get_user_model
 from django.contrib.auth.admin import UserAdmin
 from django.db.models.constants import LOOKUP_SEP
 
 from . import models
+from .auth import actor_for_user
+from .policy import may_administer
 
 # Fields whose value, or anything derived from it, is never shown: signing secrets, hashes of keys,
 # tokens and passwords.
@@ -16,6 +24,15 @@ SECRET_FIELDS = {"secret", "key_hash", "token_hash", "password"}
 
 
 class ReadOnlyAdmin(admin.ModelAdmin):
+    # Changing nothing, no bulk action applies (Django's delete, axes' clean-up).
+    actions = None
+
+    def has_view_permission(self, request, obj=None):
+        return _app_admin(request) or super().has_view_permission(request, obj)
+
+    def has_module_permission(self, request):
+        return _app_admin(request) or super().has_module_permission(request)
+
     def has_add_permission(self, request):
         return False
 
@@ -97,6 +114,22 @@ class RunFileAdmin(ReadOnlyAdmin):
 @admin.register(models.RunState)
 class RunStateAdmin(ReadOnlyAdmin):
     list_display = ("run", "key", "updated_at")
+
+
+def _app_admin(request) -> bool:
+    return may_administer(actor_for_user(request.user), "read the admin") is None
+
+
+# Sign-in attempts and lockouts are evidence, kept as django-axes wrote them; a lockout ends by its
+# cool-off (RQ_LOGIN_COOLOFF_MINUTES) or `manage.py axes_reset`, not by deleting its row here.
+for model, axes_admin in (
+    (AccessAttempt, AccessAttemptAdmin),
+    (AccessLog, AccessLogAdmin),
+    (AccessFailureLog, AccessFailureLogAdmin),
+):
+    if admin.site.is_registered(model):
+        admin.site.unregister(model)
+    admin.site.register(model, type(axes_admin.__name__, (ReadOnlyAdmin, axes_admin), {}))
 
 
 # People change on the team page (role, active, password), where each change is audited; a superuser

@@ -151,11 +151,6 @@ class Cell:
         return self.edited / self.decisions if self.decisions else None
 
     @property
-    def kept(self) -> float | None:
-        """How often it was taken as stated: what a calibrated agent's confidence predicts."""
-        return None if self.rate is None else 1 - self.rate
-
-    @property
     def mean_confidence(self) -> float | None:
         return self.confidence_sum / self.decisions if self.decisions else None
 

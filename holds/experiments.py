@@ -229,6 +229,11 @@ class ShownResult:
     def collapsed(self) -> bool:
         return self.output_bytes > SHOWN_BYTES or self.expected_bytes > SHOWN_BYTES
 
+    @property
+    def pending(self) -> bool:
+        """Still running (or held): no match is known yet, whether or not an output is expected."""
+        return self.run.status in (Run.Status.RUNNING, Run.Status.HELD)
+
 
 def _shown(text: str | None, size: int) -> str:
     if text is None:

@@ -29,6 +29,18 @@ def mark(hold_id: int, user) -> None:
     cache.set(_key(hold_id), marks, SEEN_FOR)
 
 
+# How long a person's first look at a hold is remembered here; after that (or a cache loss) the
+# service finds its "seen" row in the database instead.
+FIRST_LOOK_FOR = 7 * 24 * 3600
+
+
+def first_look(hold, user) -> bool:
+    """True the first time this person is present on this hold (one atomic cache add). The key has
+    the hold's creation time: a database recreated with the same ids (tests, a fresh install) starts unseen."""
+    key = f"rq:seen:h_{hold.pk}:{hold.created_at.timestamp()}:{user.pk}"
+    return cache.add(key, 1, FIRST_LOOK_FOR)
+
+
 def others(hold_id: int, user) -> list[str]:
     """The names of the other people who have this hold open, sorted."""
     return sorted(name for uid, (name, _) in _live(cache.get(_key(hold_id))).items() if uid != str(user.pk))

@@ -8,11 +8,13 @@ a page costs the same with ten holds or ten thousand, and each query walks one p
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from django.db.models import F, Q, Value
+from django.db.models import F, Q, TextField, Value
+from django.db.models.functions import Cast, Concat
+from django.db.models.lookups import StartsWith
 from django.utils import timezone
 
 from .auth import Actor
-from .ids import FILE, parse_public_id
+from .ids import FILE, HOLD, parse_public_id
 from .models import Capability, Hold, HoldItem, Invocation, RunFile
 from .paging import PAGE_SIZE, encode_cursor, read_cursor, read_page
 from .policy import decidable_holds, quorum_of
@@ -42,6 +44,17 @@ def _queue_base(actor: Actor, capabilities: list[Capability], *, show_all: bool,
     if not show_all:
         holds = decidable_holds(actor, holds, capabilities)
     return holds
+
+
+def _searched(holds, search: str):
+    """Holds whose search text contains `search`, or, when it reads as a hold id or its start (`h_12`),
+    whose id starts with it: `h_12` finds h_12, h_120, h_1200… as a person reading ids would expect.
+    Both are row filters on the list's own index range, so a search adds no query and no join."""
+    text = search.lower()
+    found = Q(search_text__contains=text)
+    if text.startswith(HOLD + "_") and text[len(HOLD) + 1 :].isdigit() and text.isascii():
+        found |= Q(StartsWith(Concat(Value(HOLD + "_"), Cast("pk", TextField()), output_field=TextField()), text))
+    return holds.filter(found)
 
 
 # The queue's urgency buckets (SPEC "Settled"): under an hour left, under a day, later, never. Within
@@ -79,7 +92,7 @@ def queue_page(
     """
     holds = _queue_base(actor, capabilities, show_all=show_all, capability=capability)
     if search:
-        holds = holds.filter(search_text__contains=search.lower())
+        holds = _searched(holds, search)
     after = read_cursor(cursor, QUEUE_CURSOR)
     now = after[0] if after else timezone.now()
     order = (F("expires_at").asc(nulls_last=True), "created_at", "pk")
@@ -135,7 +148,7 @@ def queue_new_ids(
     """
     holds = _queue_base(actor, capabilities, show_all=show_all, capability=capability).filter(pk__gt=seen)
     if search:
-        holds = holds.filter(search_text__contains=search.lower())
+        holds = _searched(holds, search)
     return list(holds.order_by("pk").values_list("pk", flat=True)[: NEW_CAP + 1])
 
 
@@ -153,7 +166,7 @@ def history_page(*, capability: Capability | None = None, status: str = "", sear
     if capability is not None:
         holds = holds.filter(capability=capability)
     if search:
-        holds = holds.filter(search_text__contains=search.lower())
+        holds = _searched(holds, search)
     after = read_cursor(cursor, HISTORY_CURSOR)
     if after:
         decided, pk = after[0], after[2]

@@ -29,6 +29,7 @@ class AuditKind(models.TextChoices):
     HOLD_EXTENDED = "hold.extended", "hold extended"
     HOLD_CLAIMED = "hold.claimed", "hold claimed"
     HOLD_RELEASED = "hold.released", "hold claim released"
+    HOLD_SEEN = "hold.seen", "hold seen"
     RUN_STARTED = "run.started", "run started"
     RUN_HELD = "run.held", "run held"
     RUN_COMPLETED = "run.completed", "run completed"

@@ -81,3 +81,50 @@ def test_it_never_shows_the_signing_secret_or_key_hashes(superuser_client, cap):
     account_page = superuser_client.get(f"/admin/holds/serviceaccount/{account.pk}/change/").content.decode()
     assert cap.secret not in capability_page
     assert account.key_hash not in account_page
+
+
+def test_the_apps_own_admins_see_every_model_read_only_and_members_do_not(client, cap):
+    run, hold = factories.held_hold(cap)
+    ada = factories.person("ada", role="admin")  # staff by the team service, with no Django permission
+    assert ada.is_staff and not ada.is_superuser and not ada.user_permissions.exists()
+    client.force_login(ada)
+    index = client.get("/admin/")
+    assert index.status_code == 200
+    for model in ("holds/hold", "holds/auditevent", "holds/capability", "axes/accessattempt", "auth/user"):
+        assert f'href="/admin/{model}/"' in index.content.decode(), model
+    assert client.get("/admin/holds/hold/").status_code == 200
+    page = client.get(f"/admin/holds/hold/{hold.pk}/change/")
+    assert page.status_code == 200 and 'name="_save"' not in page.content.decode()
+    assert client.post(f"/admin/holds/hold/{hold.pk}/delete/", {"post": "yes"}).status_code == 403
+    assert client.get("/admin/holds/capability/?secret__regex=^w").status_code == 400
+    client.force_login(factories.person("mona", role="member"))
+    assert client.get("/admin/").status_code == 302
+    assert client.get("/admin/holds/hold/").status_code == 302
+
+
+def test_axes_sign_in_records_are_read_only(superuser_client):
+    from axes.models import AccessAttempt, AccessFailureLog, AccessLog
+    from django.utils import timezone
+
+    attempt = AccessAttempt.objects.create(
+        username="eve", ip_address="10.0.0.1", user_agent="x", failures_since_start=5, attempt_time=timezone.now()
+    )
+    log = AccessLog.objects.create(username="eve", ip_address="10.0.0.1", user_agent="x", attempt_time=timezone.now())
+    failure = AccessFailureLog.objects.create(
+        username="eve", ip_address="10.0.0.1", user_agent="x", attempt_time=timezone.now()
+    )
+    for url, obj in (
+        ("/admin/axes/accessattempt/", attempt),
+        ("/admin/axes/accesslog/", log),
+        ("/admin/axes/accessfailurelog/", failure),
+    ):
+        listing = superuser_client.get(url).content.decode()
+        assert "eve" in listing and 'name="action"' not in listing, url  # no delete, no clean-up
+        page = superuser_client.get(f"{url}{obj.pk}/change/").content.decode()
+        assert 'name="_save"' not in page and "/delete/" not in page, url
+        assert superuser_client.post(f"{url}{obj.pk}/delete/", {"post": "yes"}).status_code == 403, url
+        assert superuser_client.post(url, {"action": "delete_selected", "_selected_action": [obj.pk]}).status_code in (
+            200,
+            302,
+        )
+        assert type(obj).objects.filter(pk=obj.pk).exists(), url

@@ -136,3 +136,60 @@ def test_a_csv_cell_a_spreadsheet_would_run_as_a_formula_starts_with_a_quote(cli
     response = client.get("/audit.csv")
     actors = {row[2] for row in csv.reader(io.StringIO(b"".join(response.streaming_content).decode()))}
     assert {"'=HYPERLINK(1)", "ok"} <= actors and "=HYPERLINK(1)" not in actors
+
+
+def test_it_says_what_happened_in_a_sentence_with_the_data_one_click_away(client, admin_user, log):
+    client.force_login(admin_user)
+    page = client.get("/audit").content.decode()
+    assert "Decided: 1 approved, 1 rejected; comment “=1+2”" in page
+    assert "Role of vic: viewer → member" in page
+    assert "Asked “&lt;script&gt;alert(1)&lt;/script&gt; pay”: 2 items, to decide within" in page
+    # The JSON is still there, folded: a details element per event, closed.
+    assert page.count("<details><summary>Details</summary>") == len(client.get("/audit").context["events"])
+    assert '"actions": {' not in page.split("<details>")[0]
+
+
+def test_a_holds_timeline_has_asked_seen_claimed_extended_reminded_decided_delivered(
+    client, admin_user, member, django_assert_num_queries
+):
+    from holds.models import Notification
+
+    cap = factories.capability()
+    run, hold = factories.held_hold(cap)
+    client.force_login(member)
+    for _ in range(3):  # the page's polls: seen once
+        client.post(f"/holds/{hold.public_id}/presence")
+    actor = actor_for_user(member)
+    services.hold_claim(hold_id=hold.pk, actor=actor)
+    services.hold_extend(hold_id=hold.pk, actor=actor, body={"expires_in": 2 * 86400, "reason": "ask the bank"})
+    Notification.objects.create(hold=hold, kind="reminder", channel="email", sent_at=timezone.now())
+    decision = {"items": [{"id": "INV-1", "action": "approve"}, {"id": "INV-2", "action": "approve"}]}
+    services.hold_decide(hold_id=hold.pk, actor=actor, body=decision)
+    invocation, _ = factories.deliver_now(run)
+    factories.answer(invocation, {"status": "completed", "output": {}})
+    client.force_login(admin_user)
+    response = client.get(f"/audit?hold={hold.public_id}")
+    words = [step.word for step in response.context["timeline"]]
+    assert words == ["asked", "held", "seen", "claimed", "extended", "reminded", "decided", "delivered"], words
+    page = response.content.decode()
+    assert "Extended by 2 days, now due" in page and "ask the bank" in page
+    assert "Decision sent to the agent, attempt 1: the agent took it (HTTP 200)" in page
+    assert f'Timeline of <a href="/holds/{hold.public_id}">{hold.public_id}</a>' in page
+    assert "Timeline of" not in client.get("/audit").content.decode()
+    # The timeline is three indexed queries (events, notifications, attempts) on top of the page's,
+    # the same for a hold with one event as for this one.
+    other = factories.held_hold(cap)[1]
+    count = len(_queries(client, f"/audit?hold={hold.public_id}"))
+    assert len(_queries(client, f"/audit?hold={other.public_id}")) == count
+    assert count == len(_queries(client, "/audit?kind=hold.asked")) + 3
+    with django_assert_num_queries(count):
+        client.get(f"/audit?hold={hold.public_id}")
+
+
+def _queries(client, url):
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    with CaptureQueriesContext(connection) as ctx:
+        assert client.get(url).status_code == 200
+    return ctx.captured_queries

@@ -3,6 +3,7 @@
 import csv
 import datetime as dt
 import io
+import re
 
 import pytest
 from django.utils import timezone
@@ -102,13 +103,38 @@ def test_the_page_shows_chart_table_and_flag_to_anyone_signed_in(client, cap, vi
     decide(hold_with(other, [{"payee": 0.8}]), ["approve"])
     client.force_login(viewer)
     page = client.get("/calibration").content.decode()
-    assert '<svg viewBox="0 0 300 292"' in page and 'class="diagonal"' in page
-    assert "Overconfident field:" in page and "<code>pay_invoices.amount</code> (6 of 20 at 0.9+ changed)" in page
+    assert '<svg class="chart" viewBox="0 0 704 432"' in page and 'class="diagonal"' in page
+    assert "Overconfident field:" in page
+    assert "<code>pay_invoices.amount</code> (6 / 20 at 0.9–1.0 changed or turned down)" in page
     assert "6 / 20" in page and "refunds</td>" in page
     filtered = client.get("/calibration?capability=refunds").content.decode()
     assert "pay_invoices" not in filtered.split("<main")[-1].split("Download CSV")[-1]
     assert "0 / 1" in filtered
     assert client.get("/calibration?capability=nope").status_code == 200
+
+
+def test_the_chart_says_what_the_table_says_and_tells_fields_apart_without_colour(client, cap, viewer):
+    for n in range(20):
+        decide(hold_with(cap, [{"amount": 0.95, "payee": 0.55}]), ["reject" if n < 6 else "approve"])
+    client.force_login(viewer)
+    page = client.get("/calibration").content.decode()
+    chart = page.split('<svg class="chart"')[1].split("</svg>")[0]
+    table = page.split('id="table-title"')[1]
+    # The same figures in the same words: "changed or turned down", "6 / 20", "30 %", the buckets' names.
+    assert "Changed or turned down, by stated confidence" in table.split("</h2>")[0]
+    assert ">changed or turned down</text>" in chart
+    assert "pay_invoices.amount, 0.9–1.0: 6 / 20 changed or turned down (30 %)</title>" in chart
+    assert '6 / 20 <span class="muted">(30 %)</span>' in table and "0.9–1.0</th>" in table
+    assert ">30 %</text>" not in chart and ">25 %</text>" in chart and ">0.9</text>" in chart
+    # Two fields, two styles: a different mark and a different dash, in the chart, legend and table.
+    lines = re.findall(r'<polyline points="[^"]+" fill="none" stroke="(#\w+)" class="series"([^/]*)/>', chart)
+    assert len(lines) == 2 and lines[0][1] == "" and 'stroke-dasharray="9 4"' in lines[1][1]
+    marks = re.findall(r'<path d="M[^"]+?([ahL])[^"]*" class="mark"', chart)
+    assert marks == ["a", "h"], "a circle for the first field, a square for the second"
+    samples = re.findall(r'<span class="swatch"><svg width="40"[^>]*><line [^>]*stroke="(#\w+)"', page)
+    assert samples == [lines[0][0], lines[1][0]] * 2, "legend, then table: the same two samples"
+    # Points above the diagonal are overconfident: the chart names that side as the table flags it.
+    assert ">overconfident</text>" in chart and '<span class="flag">overconfident</span>' in table
 
 
 def test_the_csv_has_every_bucket_and_quotes_formula_like_field_names(client, cap, member):

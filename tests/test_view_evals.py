@@ -1,5 +1,7 @@
 """The evals pages: "Add to dataset…" from a hold (the last look, then the record), experiments, datasets."""
 
+import re
+
 import pytest
 
 from holds import services
@@ -76,3 +78,56 @@ def test_pages_need_a_role(client, cap):
     assert client.get("/datasets/ds_1").status_code == 404
     client.logout()
     assert client.get("/experiments").status_code == 302
+
+
+def test_recording_a_run_a_second_time_warns_before_and_says_where_it_is(client, cap, member):
+    run, hold = decided_and_completed(cap)
+    client.force_login(member)
+    first = client.get(f"/holds/{hold.public_id}/dataset").content.decode()
+    assert 'id="recorded-already"' not in first
+    client.post(f"/holds/{hold.public_id}/dataset", {"dataset": "new", "name": "May"})
+    item = DatasetItem.objects.get()
+    again = client.get(f"/holds/{hold.public_id}/dataset")
+    text = again.content.decode()
+    assert again.status_code == 200 and 'id="recorded-already"' in text
+    assert "This run is recorded already" in text and item.public_id in text and "“May”" in text
+    # A warning, not a refusal: recording it again is still one press away.
+    assert client.post(f"/holds/{hold.public_id}/dataset", {"dataset": item.dataset.public_id}).status_code == 303
+    assert DatasetItem.objects.filter(source_run=run).count() == 2
+
+
+def test_an_empty_name_for_a_new_dataset_is_an_error_at_the_field(client, cap, member):
+    _, hold = decided_and_completed(cap)
+    client.force_login(member)
+    response = client.post(f"/holds/{hold.public_id}/dataset", {"dataset": "new", "name": "  "})
+    text = response.content.decode()
+    assert response.status_code == 422 and not DatasetItem.objects.exists()
+    field = re.search(r'<input type="text" name="name" id="ds-new-name"[^>]*>', text).group(0)
+    assert 'aria-invalid="true"' in field and 'aria-describedby="ds-new-name-error"' in field
+    assert '<p class="error" id="ds-new-name-error">Name the new dataset.</p>' in text
+    assert re.search(r'id="ds-new" value="new" checked', text)
+    # A taken name is the same field's error, and what was typed stays.
+    client.post(f"/holds/{hold.public_id}/dataset", {"dataset": "new", "name": "May"})
+    taken = client.post(f"/holds/{hold.public_id}/dataset", {"dataset": "new", "name": "May"}).content.decode()
+    assert 'id="ds-new-name-error">pay_invoices has a dataset named &#x27;May&#x27; already' in taken
+    assert 'value="May"' in taken
+
+
+def test_a_running_experiment_refreshes_itself_and_says_pending_until_it_finishes(client, cap, member):
+    run, hold = decided_and_completed(cap)
+    actor = actor_for_account(factories.account("eval-bot", role="admin")[0])
+    dataset = services.dataset_create(name="May", capability_name=cap.name, actor=actor)
+    services.dataset_item_from_run(dataset=dataset, run_pk=run.pk, actor=actor)
+    experiment, [eval_run] = services.experiment_start(dataset=dataset, actor=actor)
+    client.force_login(member)
+    url = f"/experiments/{experiment.public_id}"
+    page = client.get(url).content.decode()
+    assert f'<div id="experiment-live" hx-get="{url}" hx-trigger="every 3s"' in page
+    assert '<span class="match match-pending">Pending</span>' in page and "No expected output" not in page
+    fragment = client.get(url, headers={"HX-Request": "true"}).content.decode()
+    assert fragment.lstrip().startswith('<div id="experiment-live"') and "<html" not in fragment
+    invocation, _ = factories.deliver_now(eval_run)
+    factories.answer(invocation, {"status": "completed", "output": {"paid": ["INV-1"]}})
+    services.experiments_finish()
+    finished = client.get(url, headers={"HX-Request": "true"}).content.decode()
+    assert "hx-trigger" not in finished and "Pending" not in finished and ">Match</span>" in finished

@@ -33,7 +33,7 @@ def writes(queries) -> list[str]:
     return [q["sql"] for q in queries if q["sql"].split()[0].upper() in ("INSERT", "UPDATE", "DELETE")]
 
 
-def test_the_hold_page_says_who_else_is_looking_without_writing(cap):
+def test_the_hold_page_says_who_else_is_looking_writing_only_a_first_seen(cap):
     ana, mona = factories.person("ana", role="member"), factories.person("mona", role="member")
     run, hold = factories.held_hold(cap)
     signed_in(ana).get(f"/holds/{hold.public_id}")
@@ -43,8 +43,19 @@ def test_the_hold_page_says_who_else_is_looking_without_writing(cap):
         poll = client.post(f"/holds/{hold.public_id}/presence").content.decode()
     assert "ana is looking" in page and "ana is looking" in poll
     assert "mona is looking" not in page
-    assert writes(queries.captured_queries) == []  # just looking: no database writes
+    # Just looking writes nothing but, once per person, that the hold was seen (its timeline).
+    assert [w.split("(")[0].strip() for w in writes(queries.captured_queries)] == ['INSERT INTO "holds_auditevent"']
+    assert AuditEvent.objects.get(hold_id_ref=hold.pk, kind="hold.seen").actor == "mona"
     assert 'hx-trigger="every 15s"' in page
+    with CaptureQueriesContext(connection) as queries:
+        client.get(f"/holds/{hold.public_id}")
+        client.post(f"/holds/{hold.public_id}/presence")
+    assert writes(queries.captured_queries) == []
+    from django.core.cache import cache
+
+    cache.clear()  # a lost cache: the database still knows mona saw it
+    client.post(f"/holds/{hold.public_id}/presence")
+    assert AuditEvent.objects.filter(hold_id_ref=hold.pk, kind="hold.seen").count() == 1
 
 
 def test_viewers_see_no_presence_and_are_not_shown_to_others(cap):
@@ -82,6 +93,7 @@ def test_the_claim_renews_at_most_once_a_minute_unaudited_and_release_is_audited
     client = signed_in(ana)
     client.post(f"/holds/{hold.public_id}/claim")
     first = Hold.objects.get(pk=hold.pk).claimed_until
+    client.post(f"/holds/{hold.public_id}/presence")  # the first poll writes, once, that ana saw it
     with CaptureQueriesContext(connection) as queries:
         for _ in range(3):
             assert "You are on it" in client.post(f"/holds/{hold.public_id}/presence").content.decode()

@@ -15,7 +15,7 @@ pytestmark = pytest.mark.django_db
 
 
 def intents(response) -> list[str]:
-    return re.findall(r'class="queue-link" id="open-\d+" href="[^"]+">([^<]*)</a>', response.content.decode())
+    return re.findall(r'class="queue-link" id="open-\d+" href="[^"]+"[^>]*>([^<]*)</a>', response.content.decode())
 
 
 def bulk_holds(cap, n: int, start: int = 0) -> None:
@@ -145,8 +145,52 @@ def test_it_answers_htmx_with_the_rows_fragment_and_counts_new_holds(client, cap
 def test_it_keeps_filters_in_the_refresh_url(client, cap, member):
     client.force_login(member)
     page = client.get("/?capability=pay_invoices&q=acme&all=1").content.decode()
-    refresh = re.search(r'hx-get="([^"]+)"', page).group(1).replace("&amp;", "&")
+    refresh = re.search(r'id="queue-rows" class="results" hx-get="([^"]+)"', page).group(1).replace("&amp;", "&")
     assert "capability=pay_invoices" in refresh and "q=acme" in refresh and "all=1" in refresh
+
+
+def test_it_finds_a_hold_by_its_id_or_the_start_of_its_id(client, cap, member):
+    holds = [factories.held_hold(cap, factories.ask_body(intent=f"Pay {n}"))[1] for n in range(3)]
+    Hold.objects.filter(pk=holds[0].pk).update(intent="Pay first")
+    client.force_login(member)
+    assert intents(client.get(f"/?q={holds[1].public_id}")) == ["Pay 1"]
+    assert intents(client.get(f"/?q={holds[2].public_id.upper()}")) == ["Pay 2"]
+    # h_1 is the start of h_1, h_10…h_19, h_100…: each of those ids, whatever else matches.
+    prefix = holds[0].public_id[:-1] or holds[0].public_id
+    expected = {h.public_id for h in Hold.objects.filter(status="pending") if h.public_id.startswith(prefix)}
+    body = client.get(f"/?q={prefix}").content.decode()
+    assert expected and set(re.findall(r'href="/holds/(h_\d+)"', body)) == expected
+    assert "h_" not in Hold.objects.get(pk=holds[0].pk).search_text, "found by id, not by its text"
+    Hold.objects.filter(pk=holds[1].pk).update(status="decided", decided_at=timezone.now())
+    history = client.get(f"/history?q={holds[1].public_id}").content.decode()
+    assert set(re.findall(r'href="/holds/(h_\d+)"', history)) == {holds[1].public_id}
+
+
+def test_it_marks_in_all_pending_the_holds_the_person_may_only_view(client, cap, member):
+    admins_only = factories.capability("wire_money", approvers=["admin"])
+    factories.held_hold(admins_only, factories.ask_body(intent="Wire 1M"))
+    _, mine = factories.held_hold(cap, factories.ask_body(intent="Pay Acme"))
+    client.force_login(member)
+    body = client.get("/?all=1").content.decode()
+    rows = dict(re.findall(r'<tr class="([^"]*)">\s*<td class="intent-cell">\s*<a [^>]*>([^<]*)</a>', body))
+    rows = {intent: classes for classes, intent in rows.items()}
+    assert "view-only" in rows["Wire 1M"] and "view-only" not in rows["Pay Acme"]
+    assert body.count(">view only</span>") == 1
+    # Read with the link by a screen reader: the label is the link's description.
+    described = re.search(r'aria-describedby="(view-only-\d+)">Wire 1M</a>', body).group(1)
+    assert f'id="{described}"' in body
+    assert ">view only</span>" not in client.get("/").content.decode()
+
+
+def test_it_applies_a_changed_capability_or_all_pending_at_once_and_apply_without_js(client, cap, member):
+    client.force_login(member)
+    body = client.get("/").content.decode()
+    form = re.search(r'<form method="get" action="/"[^>]*>', body).group(0)
+    assert 'hx-trigger="change from:#filter-capability, change from:#filter-all"' in form
+    assert 'hx-target="#queue-rows"' in form and 'hx-push-url="true"' in form
+    assert '<button type="submit" class="button">Apply</button>' in body
+    history = client.get("/history").content.decode()
+    assert 'hx-trigger="change from:#filter-capability, change from:#filter-status"' in history
 
 
 @pytest.mark.parametrize("many", [10, 10_000])
@@ -162,6 +206,8 @@ def test_it_uses_the_same_number_of_queries_for_10_and_10000_holds(
     assert len(intents(response)) == min(many, 50)
     with django_assert_num_queries(6):  # a refresh: the new-holds probe instead of the newest id
         client.get("/?seen=1", headers={"HX-Request": "true"})
+    with django_assert_num_queries(6):  # all pending, searched by a hold id's start: still flat
+        client.get("/?all=1&q=h_1")
 
 
 def test_it_reads_the_queue_and_history_through_their_partial_indexes(cap, member):

@@ -27,7 +27,7 @@ from .channels import (
     slack_refused,
     slack_request_seen,
 )
-from .claims import CLAIM_FOR, RENEW_EVERY, hold_claim, hold_claim_renew, hold_release
+from .claims import CLAIM_FOR, RENEW_EVERY, hold_claim, hold_claim_renew, hold_release, hold_seen
 from .decisions import asked_items, hold_decide
 from .delivery import (
     Claim,
@@ -134,6 +134,7 @@ __all__ = [
     "hold_extend",
     "hold_fingerprint",
     "hold_release",
+    "hold_seen",
     "holds_expire_batch",
     "holds_expire_due",
     "invocation_claim",

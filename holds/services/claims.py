@@ -12,7 +12,7 @@ from django.utils import timezone
 from ..auth import Actor
 from ..errors import Conflict, NotFound
 from ..ids import HOLD, public_id
-from ..models import AuditKind, Hold
+from ..models import AuditEvent, AuditKind, Hold
 from ..policy import hold_refusal, may_claim, may_release
 from ..words import ActorKind
 from .audit import audit
@@ -85,3 +85,14 @@ def hold_release(*, hold_id: int, actor: Actor) -> bool:
         if released:
             audit(AuditKind.HOLD_RELEASED, actor, run_id=hold.run_id, hold_id=hold.pk)
     return bool(released)
+
+
+def hold_seen(*, hold_id: int, run_id: int, actor: Actor) -> bool:
+    """Audits that a person who may decide had this hold open (its timeline's "seen"), once per person:
+    safe to run twice (the second finds the first by the hold's audit index). Two at the same instant
+    may both write; the timeline shows a person's first. The caller asks once per person and hold
+    (presence.first_look), so this reads the database only then. False: seen already."""
+    if AuditEvent.objects.filter(hold_id_ref=hold_id, kind=AuditKind.HOLD_SEEN, actor=actor.label).exists():
+        return False
+    audit(AuditKind.HOLD_SEEN, actor, run_id=run_id, hold_id=hold_id)
+    return True

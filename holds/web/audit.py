@@ -19,9 +19,11 @@ from django.views.decorators.http import require_GET
 from .. import spreadsheet
 from ..auth import actor_for_user
 from ..ids import HOLD, RUN, parse_public_id, public_id
-from ..models import AuditEvent, AuditKind
+from ..models import AuditEvent, AuditKind, DeliveryAttempt, Notification
 from ..paging import decode_cursor, encode_cursor, read_page
 from ..policy import may_administer
+from ..words import DeliveryResult
+from .audit_words import what
 from .common import forbid
 
 
@@ -126,6 +128,64 @@ def data_text(data) -> str:
     return json.dumps(data, ensure_ascii=False, sort_keys=True, separators=(", ", ": "))
 
 
+@dataclass
+class Step:
+    at: datetime
+    word: str  # the timeline's verb: asked, seen, claimed, extended, reminded, decided, delivered…
+    text: str
+    actor: str = ""
+
+
+# A hold's own events as the timeline names them; other kinds of the hold show their label.
+WORDS = {
+    AuditKind.HOLD_ASKED: "asked",
+    AuditKind.HOLD_SEEN: "seen",
+    AuditKind.HOLD_CLAIMED: "claimed",
+    AuditKind.HOLD_RELEASED: "released",
+    AuditKind.HOLD_EXTENDED: "extended",
+    AuditKind.HOLD_ESCALATED: "reminded",
+    AuditKind.HOLD_APPROVED: "approved",
+    AuditKind.HOLD_DECIDED: "decided",
+    AuditKind.HOLD_DECIDED_BY_RULE: "decided",
+    AuditKind.GRANT_USED: "decided",
+    AuditKind.HOLD_EXPIRED: "expired",
+    AuditKind.RUN_HELD: "held",
+}
+TIMELINE_LIMIT = 500  # events of one hold: people's actions and a few per step; a bound all the same
+
+
+def timeline(hold_id: int) -> list[Step]:
+    """What happened to one hold, oldest first: its audit events (by their hold index), the
+    notifications sent about it (asked, reminder; by the hold's unique index) and the delivery
+    attempts of its resume (by the one-resume-per-hold index). Three queries, whatever the log's size.
+    A person's second "seen" (a lost cache entry) is left out; reminders re-armed by an extension
+    were deleted with it, so only the current window's reminder shows."""
+    steps, seen = [], set()
+    events = AuditEvent.objects.filter(hold_id_ref=hold_id).order_by("id")[:TIMELINE_LIMIT]
+    for event in events:
+        if event.kind == AuditKind.HOLD_SEEN:
+            if event.actor in seen:
+                continue
+            seen.add(event.actor)
+        word = WORDS.get(event.kind) or (AuditKind(event.kind).label if event.kind in AuditKind.values else event.kind)
+        steps.append(Step(event.at, word, what(event), event.actor))
+    sent = Notification.objects.filter(hold_id=hold_id, sent_at__isnull=False).order_by("sent_at")
+    for note in sent.only("kind", "channel", "sent_at"):
+        reminder = note.kind == Notification.Kind.REMINDER
+        text = ("Reminder sent by " if reminder else "Reviewers told by ") + note.get_channel_display()
+        steps.append(Step(note.sent_at, "reminded" if reminder else "notified", text))
+    attempts = DeliveryAttempt.objects.filter(invocation__hold_id=hold_id).order_by("number")
+    for attempt in attempts.only("number", "started_at", "status_code", "outcome", "error"):
+        answered = attempt.outcome == DeliveryResult.ANSWERED
+        text = f"Decision sent to the agent, attempt {attempt.number}: " + (
+            "the agent took it" if answered else attempt.outcome
+        )
+        text += f" (HTTP {attempt.status_code})" if attempt.status_code else ""
+        text += f", {attempt.error[:80]}" if attempt.error and not answered else ""
+        steps.append(Step(attempt.started_at, "delivered" if answered else "delivery tried", text))
+    return sorted(steps, key=lambda s: s.at)
+
+
 @require_GET
 @login_required
 def audit(request):
@@ -138,7 +198,10 @@ def audit(request):
     rows, more = read_page(events) if not filters.errors else ([], False)
     query = filters.query()
     context = {
-        "events": [{"event": e, "data": data_text(e.data)} for e in rows],
+        "events": [{"event": e, "what": what(e), "data": data_text(e.data)} for e in rows],
+        # Filtered to one hold (its first page): what happened to it, oldest first, above the log.
+        "timeline": timeline(filters.hold) if filters.hold is not None and not after and not filters.errors else None,
+        "hold_id": public_id(HOLD, filters.hold) if filters.hold is not None else "",
         "filters": filters,
         "query": query,
         "kinds": AuditKind.choices,

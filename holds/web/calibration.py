@@ -1,7 +1,8 @@
 """The calibration page (/calibration) and its CSV: stated confidence against what reviewers kept.
 
 Anyone signed in may read it. Thin: holds/calibration.py computes; the chart's geometry is here and
-its drawing in the template (an SVG: the diagonal a calibrated agent would follow, one line per field).
+its drawing in the template (an SVG: the diagonal a calibrated agent would follow, one line per field,
+in the table's words: the share changed or turned down, by stated confidence).
 """
 
 from django.contrib.auth.decorators import login_required
@@ -15,48 +16,85 @@ from .. import calibration, rollup, spreadsheet
 from ..auth import actor_for_user
 from ..models import Capability
 
-# The plot's square in SVG units, inside margins for the axes' labels.
-SIZE, LEFT, TOP = 240, 44, 12
+# The plot in SVG units, inside margins for the axes' ticks and names. The SVG is as wide as its panel
+# (up to CSS's max-width), so these are proportions; CSS enlarges the text and marks on phones.
+WIDTH, HEIGHT, LEFT, TOP, RIGHT, BOTTOM = 560, 340, 120, 16, 24, 76
 ROWS_PER_PAGE = 50
 COLOURS = ("#1d4ed8", "#b45309", "#047857", "#7c3aed", "#be123c", "#0e7490", "#4d7c0f", "#a21caf")
+# Series are told apart without colour too: each of eight has its own mark, and neighbours their own
+# dash; a style and a colour always come together.
+MARKS = ("circle", "square", "triangle", "diamond", "down", "ring", "box", "hollow-diamond")
+DASHES = ("", "9 4", "2 4", "9 3 2 3", "", "9 4", "2 4", "9 3 2 3")
+MARK_SIZE = 6
 
 
-def _point(confidence: float, kept: float) -> tuple[float, float]:
-    return round(LEFT + confidence * SIZE, 1), round(TOP + (1 - kept) * SIZE, 1)
+def _point(confidence: float, changed: float) -> tuple[float, float]:
+    return round(LEFT + confidence * WIDTH, 1), round(TOP + (1 - changed) * HEIGHT, 1)
+
+
+def mark(kind: str, x: float, y: float, r: float = MARK_SIZE) -> dict:
+    """One series' mark at (x, y): its outline as path data, and whether it is drawn hollow."""
+    solid = {"ring": "circle", "box": "square", "hollow-diamond": "diamond"}.get(kind)
+    shape = solid or kind
+    if shape == "circle":
+        d = f"M{x - r:g},{y:g}a{r:g},{r:g} 0 1,0 {2 * r:g},0a{r:g},{r:g} 0 1,0 {-2 * r:g},0z"
+    elif shape == "square":
+        d = f"M{x - r:g},{y - r:g}h{2 * r:g}v{2 * r:g}h{-2 * r:g}z"
+    elif shape == "diamond":
+        k = round(r * 1.35, 1)
+        d = f"M{x:g},{y - k:g}L{x + k:g},{y:g}L{x:g},{y + k:g}L{x - k:g},{y:g}z"
+    else:  # a triangle, pointing up or down
+        k, sign = round(r * 1.25, 1), -1 if shape == "triangle" else 1
+        d = f"M{x:g},{round(y + sign * k, 1):g}L{x + k:g},{round(y - sign * k * 0.8, 1):g}"
+        d += f"L{x - k:g},{round(y - sign * k * 0.8, 1):g}z"
+    return {"d": d, "hollow": solid is not None}
 
 
 def chart(rows: list[calibration.FieldRow]) -> dict:
-    """Per field, its buckets with decisions as points (x: mean stated confidence, y: share kept)."""
+    """Per field, its buckets with decisions as points (x: mean stated confidence, y: the share changed
+    or turned down, the table's figure), each series with its colour, mark and dash."""
     series = []
     for n, row in enumerate(rows):
+        style = n % len(COLOURS)
         points = [
-            (*_point(cell.mean_confidence, cell.kept), cell)
+            (*_point(cell.mean_confidence, cell.rate), cell)
             for cell in row.cells
             if cell.decisions and cell.mean_confidence is not None
         ]
         if points:
-            series.append(
-                {
-                    "row": row,
-                    "colour": COLOURS[n % len(COLOURS)],
-                    "points": points,
-                    "path": " ".join(f"{x},{y}" for x, y, _ in points),
-                }
-            )
+            row.series = {
+                "row": row,
+                "colour": COLOURS[style],
+                "dash": DASHES[style],
+                "points": [(x, y, cell, mark(MARKS[style], x, y)) for x, y, cell in points],
+                "path": " ".join(f"{x},{y}" for x, y, _ in points),
+                # The legend's and the table's sample: a stretch of line with the mark in its middle.
+                "sample": mark(MARKS[style], 20, 9, 5),
+            }
+            # The row keeps its series: the table shows the same sample beside it.
+            series.append(row.series)
+    right, bottom = LEFT + WIDTH, TOP + HEIGHT
     return {
         "series": series,
-        # x: the buckets' bounds; y: even quarters.
-        "x_ticks": [(round(LEFT + t * SIZE, 1), f"{t:g}") for t in (0, 0.5, 0.7, 0.8, 0.9, 1)],
-        "y_ticks": [(round(TOP + (1 - t) * SIZE, 1), f"{t:g}") for t in (0, 0.25, 0.5, 0.75, 1)],
+        # x: the buckets' bounds, as the table's columns name them; y: quarters, in % as the table.
+        "x_ticks": [(round(LEFT + t * WIDTH, 1), f"{t:g}") for t in (0, 0.5, 0.7, 0.8, 0.9, 1)],
+        "y_ticks": [(round(TOP + (1 - t) * HEIGHT, 1), f"{t * 100:g} %") for t in (0, 0.25, 0.5, 0.75, 1)],
         "left": LEFT,
         "top": TOP,
-        "right": LEFT + SIZE,
-        "bottom": TOP + SIZE,
-        "width": LEFT + SIZE + 16,
-        "height": TOP + SIZE + 40,
-        "x_label": TOP + SIZE + 34,
-        "mid": LEFT + SIZE / 2,
-        "size": SIZE,
+        "right": right,
+        "bottom": bottom,
+        "plot_width": WIDTH,
+        "plot_height": HEIGHT,
+        "width": right + RIGHT,
+        "height": bottom + BOTTOM,
+        "x_name": bottom + BOTTOM - 10,
+        "x_mid": LEFT + WIDTH / 2,
+        "y_mid": TOP + HEIGHT / 2,
+        "tick_below": bottom + 30,
+        "tick_left": LEFT - 10,
+        # Above the diagonal is changed more often than stated: the table's "overconfident" side.
+        "over_x": LEFT + WIDTH * 0.62,
+        "over_y": TOP + HEIGHT * 0.12,
     }
 
 

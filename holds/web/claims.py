@@ -27,11 +27,15 @@ def hold_presence(request, hold_id: str):
     actor = viewer(request)
     hold = load_hold(hold_id)
     # Only a claim of theirs that was renewed over a minute ago is written (the service re-checks
-    # with the database's clock); just looking writes nothing.
+    # with the database's clock).
     due = timezone.now() + services.CLAIM_FOR - services.RENEW_EVERY
     if hold.claimed_by_id == request.user.pk and hold.claimed_until and hold.claimed_until <= due:
         if sees_presence(actor, hold) and services.hold_claim_renew(hold_id=hold.pk, actor=actor):
             hold = load_hold(hold_id)
+    # Still open at the first poll: the hold was seen (its timeline's word), written once per person.
+    # Not at the page view: a glance is not a look, and the page itself stays free of writes.
+    if sees_presence(actor, hold) and presence.first_look(hold, request.user):
+        services.hold_seen(hold_id=hold.pk, run_id=hold.run_id, actor=actor)
     return render(request, "holds/hold.html#presence", _context(request, hold, actor))
 
 

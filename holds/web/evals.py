@@ -109,7 +109,8 @@ def experiment_page(request, experiment_id: str):
         "nav": "experiments",
         "role": actor.role,
     }
-    return render(request, "holds/experiment.html", context)
+    # A running experiment's page polls for its own live part (htmx); the rest of the page stays.
+    return render(request, "holds/experiment.html" + ("#experiment-live" if request.htmx else ""), context)
 
 
 @require_GET
@@ -209,13 +210,19 @@ def hold_add_to_dataset(request, hold_id: str):
         problem = services.recordable_run_problem(run, capability.pk)
         if problem and run.status in (Run.Status.RUNNING, Run.Status.HELD):
             problem = f"Run {run.public_id} is still {run.status}: it can be recorded once it has finished."
+    name_error, status = "", 200 if problem is None else 409
     if request.method == "POST" and problem is None:
         try:
             dataset = _chosen_dataset(request, datasets, capability, actor)
             item = services.dataset_item_from_run(dataset=dataset, run_pk=run.pk, actor=actor)
         except ServiceError as exc:
-            details = [e["message"] for e in exc.extra.get("errors", [])]
-            messages.error(request, "; ".join(details) or exc.message)
+            errors = exc.extra.get("errors", [])
+            # The new dataset's name is the one field of this form: its error is shown at it.
+            name_error = "; ".join(e["message"] for e in errors if e.get("field") == "name")
+            details = [e["message"] for e in errors if e.get("field") != "name"]
+            if details or not name_error:
+                messages.error(request, "; ".join(details) or exc.message)
+            status = 422
         else:
             messages.success(request, f"Recorded {run.public_id} as {item.public_id} in “{dataset.name}”.")
             return see_other(reverse("dataset", args=[dataset.public_id]))
@@ -225,10 +232,19 @@ def hold_add_to_dataset(request, hold_id: str):
         "datasets": datasets,
         "problem": problem,
         "recording": services.run_recording(run) if problem is None else None,
+        # Recording a run again adds a second item with the same content: said before, not refused.
+        "recorded_already": list(
+            DatasetItem.objects.filter(source_run=run, deleted_at__isnull=True).select_related("dataset").order_by("pk")
+        )
+        if problem is None
+        else [],
+        "chosen": request.POST.get("dataset", "") if request.method == "POST" else "",
+        "new_name": request.POST.get("name", "")[:200] if request.method == "POST" else "",
+        "name_error": name_error,
         "nav": "history",
         "role": actor.role,
     }
-    return render(request, "holds/add_to_dataset.html", context, status=200 if problem is None else 409)
+    return render(request, "holds/add_to_dataset.html", context, status=status)
 
 
 def _chosen_dataset(request, datasets: list[Dataset], capability, actor: Actor) -> Dataset:
@@ -236,7 +252,7 @@ def _chosen_dataset(request, datasets: list[Dataset], capability, actor: Actor) 
     if chosen == "new" or not datasets:
         name = request.POST.get("name", "").strip()[:200]
         if not name:
-            raise Invalid([{"field": "name", "message": "name the new dataset"}], "name the new dataset")
+            raise Invalid([{"field": "name", "message": "Name the new dataset."}], "name the new dataset")
         return services.dataset_create(name=name, capability_name=capability.name, actor=actor)
     for dataset in datasets:
         if dataset.public_id == chosen:

@@ -73,10 +73,13 @@ def queue(request):
 
 
 def _annotate_presence(actor: Actor, rows: list[Hold], user) -> None:
-    """Who else is looking at, and who claimed, each row the person may decide (one cache round trip)."""
+    """Who else is looking at, and who claimed, each row the person may decide (one cache round trip);
+    the others ("All pending") are marked view only."""
     now = timezone.now()
     # Only where they may decide (policy.decidable_ids): a run's starter sees no claim on their own run's hold.
     allowed = decidable_ids(actor, rows)
+    for hold in rows:
+        hold.view_only = hold.pk not in allowed
     deciding = [h for h in rows if h.pk in allowed]
     looking = presence.others_many([h.pk for h in deciding], user)
     for hold in deciding:

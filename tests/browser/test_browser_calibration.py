@@ -54,3 +54,34 @@ def test_calibration_page_by_keyboard_with_no_violations(person_session, cap):
         page.get_by_role("link", name="Download CSV").click()
     assert download.value.suggested_filename == "calibration.csv"
     assert session.errors == [] and session.csp == []
+
+
+@pytest.mark.parametrize("width, height", [(1280, 800), (390, 844)])
+def test_the_chart_is_legible_at_desktop_and_phone_width(person_session, cap, width, height):
+    require("axe-core: run `npm ci` (node_modules/axe-core/axe.min.js)", AXE.exists())
+    bot = actor_for_account(factories.account("bot", role="member")[0])
+    for n in range(22):
+        decided(
+            cap,
+            {"amount": 0.92 + n % 3 * 0.03, "payee": 0.55 + n % 4 * 0.1},
+            "reject" if n % 3 == 0 else "approve",
+            bot,
+        )
+    session = person_session("vic", role="viewer", bypass_csp=True, viewport={"width": width, "height": height})
+    page = session.page
+    page.goto("/calibration")
+    chart = page.locator("svg.chart")
+    box = chart.bounding_box()
+    # Desktop: the chart is drawn large (it was 300 px); a phone: it fits the screen, no sideways scroll.
+    assert box["width"] >= (600 if width == 1280 else 300), box
+    assert page.evaluate("document.documentElement.scrollWidth") <= width
+    smallest = page.evaluate(
+        "Math.min(...[...document.querySelectorAll('svg.chart text')].map(t => t.getBoundingClientRect().height))"
+    )
+    assert smallest >= 11, f"the chart's smallest text is {smallest:.1f} px high"
+    marks = page.evaluate("[...document.querySelectorAll('svg.chart .mark')].map(m => m.getBoundingClientRect().width)")
+    assert marks and min(marks) >= 8, marks
+    assert violations(page) == [], f"calibration at {width}"
+    chart.scroll_into_view_if_needed()
+    screenshot(page, f"calibration-chart-{width}")
+    assert session.errors == []

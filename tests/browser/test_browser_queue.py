@@ -102,3 +102,34 @@ def test_it_acts_on_the_focused_item_with_e_r_f_and_c(person_session, cap):
         ("reject", "duplicate of last week"),
         ("feedback", "duplicate of last week"),
     ]
+
+
+def test_it_applies_a_chosen_capability_and_all_pending_without_pressing_apply(person_session, cap):
+    from tests.browser.test_browser_a11y import violations
+
+    wires = factories.capability("wire_money", approvers=["admin"])
+    factories.held_hold(cap, factories.ask_body(intent="Pay Acme"))
+    factories.held_hold(factories.capability("send_emails"), factories.ask_body(intent="Email Globex"))
+    factories.held_hold(wires, factories.ask_body(intent="Wire 1M"))
+    session = person_session("mona", bypass_csp=True)  # axe is injected below
+    page = session.page
+    page.evaluate("window.__sameDocument = true")
+    page.get_by_label("Capability").focus()
+    page.get_by_label("Capability").select_option("send_emails")
+    expect(page.get_by_role("link", name="Pay Acme")).to_have_count(0)
+    expect(page.get_by_role("link", name="Email Globex")).to_be_visible()
+    expect(page).to_have_url(re.compile(r"capability=send_emails"))
+    expect(page.get_by_label("Capability")).to_be_focused()
+    page.get_by_label("Capability").select_option("")
+    page.get_by_label("All pending").check()
+    wire = page.get_by_role("link", name="Wire 1M")
+    expect(wire).to_be_visible()
+    # The hold this member may not decide says so, in words a screen reader reads with the link.
+    expect(wire).to_have_accessible_description("view only")
+    expect(page.get_by_role("link", name="Pay Acme")).not_to_have_accessible_description("view only")
+    assert page.evaluate("window.__sameDocument") is True, "the page reloaded"
+    assert session.errors == []
+    screenshot(page, "queue-all-pending")
+    page.reload()  # the pushed URL is the filtered page
+    expect(page.get_by_label("All pending")).to_be_checked()
+    assert violations(page) == []
