@@ -10,7 +10,8 @@ from django.views.decorators.http import require_POST
 
 from .. import presence, ratelimit, services
 from ..errors import ServiceError
-from ..policy import sees_presence
+from ..models import Hold
+from ..policy import is_open, sees_presence
 from ..responses import see_other
 from .common import load_hold, problems, viewer
 
@@ -32,7 +33,10 @@ def hold_presence(request, hold_id: str):
     if hold.claimed_by_id == request.user.pk and hold.claimed_until and hold.claimed_until <= due:
         if sees_presence(actor, hold) and services.hold_claim_renew(hold_id=hold.pk, actor=actor):
             hold = load_hold(hold_id)
-    return render(request, "holds/hold.html#presence", _context(request, hold, actor))
+    # Decided, expired or cancelled since the page opened (here or elsewhere): the page is told within
+    # one poll and stops offering what could no longer be sent.
+    ended = hold.status != Hold.Status.PENDING or not is_open(hold)
+    return render(request, "holds/hold.html#presence", {**_context(request, hold, actor), "ended": ended})
 
 
 @require_POST
