@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from . import services
 from .models import Hold, HoldItem
 from .rendering import json_type
-from .schemas import blank_to_none, changed_fields, finite_float, parse_json, validate_decision
+from .schemas import COMMENT_MAX_CHARS, blank_to_none, changed_fields, finite_float, parse_json, validate_decision
 from .words import Action
 
 LONG_STRING = 80
@@ -53,6 +53,32 @@ def schema_kinds(schema) -> dict[str, str]:
     }
 
 
+# An enum with more options than this is typed, not picked (and checked by the schema on the server).
+MAX_ENUM_OPTIONS = 200
+SCALARS = (str, int, float, bool, type(None))
+
+
+def schema_enums(schema) -> dict[str, list]:
+    """The options of each key whose schema property is an `enum` of plain values: it is edited with a
+    select, so a reviewer picks one of the values the schema allows instead of guessing them."""
+    properties = schema.get("properties") if isinstance(schema, dict) else None
+    if not isinstance(properties, dict):
+        return {}
+    return {
+        key: prop["enum"]
+        for key, prop in properties.items()
+        if isinstance(prop, dict)
+        and isinstance(prop.get("enum"), list)
+        and 0 < len(prop["enum"]) <= MAX_ENUM_OPTIONS
+        and all(isinstance(option, SCALARS) for option in prop["enum"])
+    }
+
+
+def option_text(value) -> str:
+    """An enum option as the select's value: its JSON, so that "1", 1 and true stay apart."""
+    return json.dumps(value, ensure_ascii=False)
+
+
 def input_text(value) -> str:
     """The initial text of an edit input."""
     if isinstance(value, str):
@@ -74,10 +100,21 @@ class EditField:
     text: str  # what the input holds now (the original, or what was posted)
     checked: bool = False  # checkbox: true; null: "keep null"
     error: str = ""
+    options: list = field(default_factory=list)  # select: the schema's enum
+    whole: bool = False  # integer: the schema says "integer", so 3.7 is refused here already
 
     @property
     def json_type(self) -> str:
         return json_type(self.original)
+
+    @property
+    def choices(self) -> list[tuple[str, str]]:
+        """The select's (value, label) pairs; a blank first one when what was asked is not an option,
+        so that nothing is picked for the reviewer."""
+        pairs = [(option_text(o), o if isinstance(o, str) else option_text(o)) for o in self.options]
+        if option_text(self.original) not in {value for value, _ in pairs}:
+            pairs.insert(0, ("", "— choose —"))
+        return pairs
 
 
 @dataclass
@@ -105,7 +142,8 @@ class DecisionForm:
         self.actions = [a for a in Action.values if a in (hold.actions or [])]
         self.data = data
         self.bound = data is not None
-        self.comment = (data.get("comment", "") if data is not None else "") or ""
+        # Line breaks as the page shows them (browsers post CRLF), so the limit counts what was typed.
+        self.comment = ((data.get("comment", "") if data is not None else "") or "").replace("\r\n", "\n")
         self.comment_error = ""
         self.errors: list[str] = []
         self.items: list[ItemForm] = []
@@ -125,11 +163,13 @@ class DecisionForm:
                     if approve_all and Action.APPROVE in form.actions
                     else data.get(f"{prefix}-action", "")
                 )
-            declared = schema_kinds(item.schema)
+            declared, enums = schema_kinds(item.schema), schema_enums(item.schema)
             for n, (key, value) in enumerate((item.data or {}).items()):
-                kind = declared.get(key) or input_kind(value)
+                kind = "select" if key in enums else declared.get(key) or input_kind(value)
                 name = f"{prefix}-f-{n}"
-                ef = EditField(index=n, key=key, original=value, kind=kind, name=name, text=input_text(value))
+                text = option_text(value) if kind == "select" else input_text(value)
+                ef = EditField(index=n, key=key, original=value, kind=kind, name=name, text=text)
+                ef.options, ef.whole = enums.get(key, []), declared.get(key) == "integer"
                 ef.checked = value is True if kind == "checkbox" else kind == "null"
                 if self.bound:
                     ef.text = data.get(name, "")
@@ -147,6 +187,10 @@ class DecisionForm:
     def is_valid(self) -> bool:
         if not self.bound:
             return False
+        if len(self.comment) > COMMENT_MAX_CHARS:
+            # Also refused by validate_decision (the API's 422); said here in the page's words.
+            n = len(self.comment)
+            self.comment_error = f"A comment is limited to {COMMENT_MAX_CHARS} characters; this one has {n}."
         for form in self.items:
             if not form.action:
                 form.errors.append("Choose an action for this item.")
@@ -158,7 +202,7 @@ class DecisionForm:
             "items": [self._item_body(form) for form in self.items],
             "comment": blank_to_none(self.comment),
         }
-        if not any(f.errors or any(e.error for e in f.fields) for f in self.items):
+        if not self.comment_error and not any(f.errors or any(e.error for e in f.fields) for f in self.items):
             _, problems = validate_decision(body, asked=services.asked_items(self.hold, [f.item for f in self.items]))
             self._place(problems)
         invalid = bool(self.errors or self.comment_error) or any(
@@ -196,6 +240,9 @@ class DecisionForm:
                     self.comment_error = "Feedback needs a comment."
                 elif edit_field is not None:
                     edit_field.error = message
+                elif ".data." in where:
+                    # A key with no input here (one the schema requires that was not asked): name it.
+                    form.errors.append(f"{where[where.index('.data.') + len('.data.') :]}: {message}")
                 else:
                     form.errors.append(message)
             elif where == "comment":
@@ -212,6 +259,23 @@ class DecisionForm:
         rest = rest[len(".data.") :]
         fits = [ef for ef in form.fields if rest == ef.key or rest.startswith((ef.key + ".", ef.key + "["))]
         return max(fits, key=lambda ef: len(ef.key), default=None)
+
+    @property
+    def problems(self) -> list[dict]:
+        """Every error of a refused form, each with the id of the input it is about (the error
+        summary links to it): {anchor, subject (agent-written item title), key, message}."""
+        out = [{"anchor": "", "subject": "", "key": "", "message": e} for e in self.errors]
+        for form in self.items:
+            first = f"{form.prefix}-{form.actions[0]}" if form.actions else form.prefix
+            out += [{"anchor": first, "subject": form.item.title, "key": "", "message": e} for e in form.errors]
+            out += [
+                {"anchor": ef.name, "subject": form.item.title, "key": ef.key, "message": ef.error}
+                for ef in form.fields
+                if ef.error
+            ]
+        if self.comment_error:
+            out.append({"anchor": "comment", "subject": "", "key": "Comment", "message": self.comment_error})
+        return out
 
     @property
     def offers_approve_all(self) -> bool:
@@ -241,30 +305,35 @@ def parse_typed(ef: EditField):
         return text
     if ef.kind == "checkbox":
         return ef.checked
-    if ef.kind == "integer":
-        # Any number fits a number (SPEC's type rule); a whole number stays an integer.
+    if ef.kind == "select":
+        for option in ef.options:
+            if text == option_text(option):
+                return option
+        raise ValueError("Choose one of the options.")
+    if ef.kind in ("integer", "number"):
+        # A whole number stays an integer in either (21, not 21.0). Without a schema any number fits
+        # a number (SPEC's type rule); a schema's "integer" takes whole numbers only.
         stripped = text.strip()
         digits = stripped[1:] if stripped[:1] in "+-" else stripped
         if digits.isdigit() and digits.isascii():
             return int(stripped)
+        if ef.whole:
+            raise ValueError("Enter a whole number, such as 21.")
         try:
             if not JSON_NUMBER.fullmatch(stripped):
                 raise ValueError(stripped)
             return finite_float(stripped)
         except ValueError:
-            raise ValueError("Enter a number, such as 12 or 12.5.") from None
-    if ef.kind == "number":
-        stripped = text.strip()
-        try:
-            if not JSON_NUMBER.fullmatch(stripped):
-                raise ValueError(stripped)
-            return finite_float(stripped)
-        except ValueError:
-            raise ValueError("Enter a number, such as 12.5.") from None
+            example = "12 or 12.5" if ef.kind == "integer" else "12.5"
+            raise ValueError(f"Enter a number, such as {example}.") from None
     if ef.kind == "null":
+        # Plain text, as typed: a reviewer writes Acme, not "Acme". A typed number or true is text
+        # too; a schema that wants a number or a boolean gets that input instead (schema_kinds).
         if ef.checked:
             return None
-        return _json(text, "Enter a JSON value, or tick null.")
+        if not text:
+            raise ValueError("Type a value, or tick null.")
+        return text
     return _json(text, "Enter valid JSON (an object or array, as shown).")
 
 

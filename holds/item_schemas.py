@@ -10,6 +10,7 @@ one agent and every edit decision on its items compile nothing again.
 """
 
 import hashlib
+import json
 import threading
 from collections import OrderedDict
 from typing import Any
@@ -169,3 +170,65 @@ def item_schema_problems(schema: dict) -> list[str]:
     (the MCP gateway's elicitations and tool inputs)."""
     problems = bound_problems([("schema", schema)]) or compile_problems([("schema", schema)])
     return [problem["message"] for problem in problems]
+
+
+# --- an edit's schema errors in plain words --------------------------------------------------------
+
+TYPE_WORDS = {
+    "integer": "a whole number",
+    "number": "a number",
+    "string": "text",
+    "boolean": "true or false",
+    "object": "an object",
+    "array": "a list",
+    "null": "null",
+}
+ENUM_SHOWN = 12  # options named in a message; the select on the page offers them all
+
+
+def _shown(value: Any, limit: int = 60) -> str:
+    """A value as JSON, cut short: messages quote what was sent, not a page of it."""
+    text = json.dumps(value, ensure_ascii=False, separators=(", ", ": "))
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _count(n: Any, word: str) -> str:
+    return f"{n} {word}{'' if n == 1 else 's'}"
+
+
+def plain_problem(err) -> tuple[list, str]:
+    """One item schema error (jsonschema_rs) as (the data path it is about, a sentence a reviewer can
+    act on). The engine's own words quote the schema ('"ABCDE" does not match "^[0-9]{5}$"'); these
+    say what the field must be, and still name the pattern, which is the only exact statement of a
+    format. A missing required key is about that key, not the object that lacks it."""
+    path, facts = list(err.instance_path), err.kind.as_dict()
+    limit = facts.get("limit")
+    words = {
+        "pattern": lambda: f"{_shown(err.instance)} is not in the expected format (pattern {facts.get('pattern')})",
+        "type": lambda: "must be " + " or ".join(TYPE_WORDS.get(t, t) for t in facts.get("types", [])),
+        "enum": lambda: (
+            "must be one of: "
+            + ", ".join(_shown(o, 40) for o in facts.get("options", [])[:ENUM_SHOWN])
+            + (", …" if len(facts.get("options", [])) > ENUM_SHOWN else "")
+        ),
+        "const": lambda: f"must be {_shown(facts.get('expected_value'))}",
+        "minimum": lambda: f"must be at least {limit}",
+        "maximum": lambda: f"must be at most {limit}",
+        "exclusiveMinimum": lambda: f"must be more than {limit}",
+        "exclusiveMaximum": lambda: f"must be less than {limit}",
+        "multipleOf": lambda: f"must be a multiple of {facts.get('multiple_of')}",
+        "minLength": lambda: f"must be at least {_count(limit, 'character')} long",
+        "maxLength": lambda: f"must be at most {_count(limit, 'character')} long",
+        "minItems": lambda: f"must have at least {_count(limit, 'item')}",
+        "maxItems": lambda: f"must have at most {_count(limit, 'item')}",
+        "uniqueItems": lambda: "must not list the same value twice",
+        "minProperties": lambda: f"must have at least {_count(limit, 'field')}",
+        "maxProperties": lambda: f"must have at most {_count(limit, 'field')}",
+        "additionalProperties": lambda: (
+            "has fields the schema does not allow: " + ", ".join(_shown(k, 40) for k in facts.get("unexpected", []))
+        ),
+    }
+    kind = err.kind.name
+    if kind == "required":
+        return path + [facts.get("property")], "is required"
+    return path, words[kind]() if kind in words else err.message

@@ -15,7 +15,7 @@ import jsonschema
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError, field_validator
 
 from .canonical import canonical_json
-from .item_schemas import bound_problems, compile_problems, item_validator
+from .item_schemas import bound_problems, compile_problems, item_validator, plain_problem
 from .words import Action
 
 # The wire's action words are words.Action's; a Literal keeps the published schema a plain enum.
@@ -79,16 +79,21 @@ class AskIn(Strict):
     files: Annotated[list[NonEmpty], Field(max_length=20)] = []
 
 
+# A decision's comment (the hold's and each item's): read by a person and by the agent, not a file.
+COMMENT_MAX_CHARS = 4000
+Comment = Annotated[str, StringConstraints(max_length=COMMENT_MAX_CHARS)]
+
+
 class DecisionItemIn(Strict):
     id: NonEmpty
     action: ActionWord
     data: dict[str, Any] | None = None
-    comment: str | None = None
+    comment: Comment | None = None
 
 
 class DecisionIn(Strict):
     items: Annotated[list[DecisionItemIn], Field(min_length=1, max_length=100)]
-    comment: str | None = None
+    comment: Comment | None = None
 
 
 class ExtendIn(Strict):
@@ -244,10 +249,11 @@ def edit_errors(asked: Asked, data: dict, where: str) -> list[dict]:
             return [{"field": f"{where}.schema", "message": str(exc)}]
         errors = []
         for err in sorted(validator.iter_errors(data), key=lambda e: [str(p) for p in e.instance_path]):
+            parts, message = plain_problem(err)
             path = f"{where}.data"
-            for part in err.instance_path:
+            for part in parts:
                 path += f"[{part}]" if isinstance(part, int) else f".{part}"
-            errors.append({"field": path, "message": err.message})
+            errors.append({"field": path, "message": message})
         return errors
     if set(data) != set(asked.data):
         missing = sorted(set(asked.data) - set(data))

@@ -9,6 +9,7 @@ urlpatterns = [
     path("", queue.queue, name="queue"),
     path("manifest.webmanifest", app.manifest, name="manifest"),
     path("sw.js", app.service_worker, name="service-worker"),
+    path("favicon.ico", app.favicon, name="favicon"),
     path("push/subscriptions", app.push_subscriptions, name="push-subscriptions"),
     path("slack/interactions", slack.interactions, name="slack-interactions"),
     path("history", queue.history, name="history"),

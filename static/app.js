@@ -28,8 +28,24 @@
     return r + "s";
   }
 
+  // "asked 23s ago": the server's words (rendering.span: minutes without seconds), kept current.
+  function ago(seconds) {
+    var s = Math.max(0, Math.round(seconds));
+    var d = Math.floor(s / 86400), h = Math.floor((s % 86400) / 3600), m = Math.floor((s % 3600) / 60);
+    if (d) return d + "d " + h + "h";
+    if (h) return h + "h " + (m < 10 ? "0" + m : m) + "m";
+    if (m) return m + "m";
+    return s + "s";
+  }
+
   function tick() {
     var now = Date.now();
+    document.querySelectorAll("[data-age]").forEach(function (el) {
+      var since = (now - Date.parse(el.getAttribute("data-age"))) / 1000;
+      if (isNaN(since)) return;
+      var text = ago(since) + " ago";
+      if (el.textContent !== text) el.textContent = text;
+    });
     document.querySelectorAll("[data-countdown]").forEach(function (el) {
       var left = (Date.parse(el.getAttribute("data-countdown")) - now) / 1000;
       if (isNaN(left)) return;
@@ -211,6 +227,28 @@
     }
   });
 
+  // --- the comment's counter (the server refuses more than data-max characters, with the same count) ---
+  function countChars(field) {
+    var counter = document.getElementById(field.getAttribute("data-count"));
+    if (!counter) return;
+    var max = parseInt(counter.getAttribute("data-max"), 10);
+    // Code points, as the server counts them (an emoji is one character, not two).
+    var n = Array.from(field.value).length;
+    counter.textContent = n > max ? n + " of " + max + " characters: " + (n - max) + " too many" : n + " of " + max + " characters";
+    counter.classList.toggle("over", n > max);
+  }
+
+  document.addEventListener("input", function (event) {
+    var el = event.target;
+    if (el.hasAttribute && el.hasAttribute("data-count")) countChars(el);
+    // A null field's text: typing in it means "not null" (the box would otherwise keep it null).
+    var row = el.closest && el.closest(".null-row");
+    if (row && el.type === "text") {
+      var box = row.querySelector("input[type=checkbox]");
+      if (box && el.value) box.checked = false;
+    }
+  });
+
   document.addEventListener("focusin", function (event) {
     var item = event.target.closest && event.target.closest("fieldset[data-item]");
     if (item) currentItem = item;
@@ -266,6 +304,7 @@
     }
     if (target && target.id === "bc-preview") clearOfBar(target);
     if (target && target.id === "decision-form") {
+      document.querySelectorAll("[data-count]").forEach(countChars);
       var errors = document.getElementById("form-errors");
       var firstBad = document.querySelector("#decision-form [aria-invalid=true], #decision-form .error");
       if (errors) errors.focus();
@@ -287,6 +326,7 @@
     setInterval(tick, 1000);
     measureBar();
     window.addEventListener("resize", measureBar);
+    document.querySelectorAll("[data-count]").forEach(countChars);
   });
 })();
 

@@ -142,3 +142,31 @@ def test_the_queue_shows_no_claim_or_presence_on_a_hold_its_viewer_may_not_decid
     assert "claimed by ana" in signed_in(factories.person("olga", role="member")).get("/").content.decode()
     queue = signed_in(mona).get("/?all=1").content.decode()
     assert hold.public_id in queue and "claimed by ana" not in queue
+
+
+def test_the_poll_says_a_hold_was_decided_meanwhile_and_takes_away_submit_and_extend(cap):
+    ana, mona = factories.person("ana", role="member"), factories.person("mona", role="member")
+    _, hold = factories.held_hold(cap)
+    client = signed_in(mona)
+    page = client.get(f"/holds/{hold.public_id}").content.decode()
+    assert 'id="decide-buttons"' in page and 'id="extend"' in page
+    poll = client.post(f"/holds/{hold.public_id}/presence").content.decode()
+    assert "meanwhile" not in poll and "hx-trigger" in poll
+    body = {"items": [{"id": "INV-1", "action": "approve"}, {"id": "INV-2", "action": "approve"}]}
+    services.hold_decide(hold_id=hold.pk, actor=actor_for_user(ana), body=body)
+    poll = client.post(f"/holds/{hold.public_id}/presence").content.decode()
+    assert "<strong>Decided meanwhile</strong> by ana" in poll and 'role="alert"' in poll
+    assert "hx-trigger" not in poll  # the page stops polling
+    assert '<div id="decide-buttons" hx-swap-oob="innerHTML">' in poll and "Nothing to submit" in poll
+    assert '<div id="extend" hx-swap-oob="delete">' in poll and '<div id="by-confidence" hx-swap-oob="delete">' in poll
+    assert '<div id="last-look-body" hx-swap-oob="innerHTML">' in poll and "Confirm decision" not in poll
+
+
+def test_the_poll_says_a_hold_expired_meanwhile(cap):
+    mona = factories.person("mona", role="member")
+    _, hold = factories.held_hold(cap)
+    client = signed_in(mona)
+    client.get(f"/holds/{hold.public_id}")
+    Hold.objects.filter(pk=hold.pk).update(expires_at=timezone.now() - dt.timedelta(seconds=1))
+    poll = client.post(f"/holds/{hold.public_id}/presence").content.decode()
+    assert "<strong>Expired meanwhile</strong>" in poll and "Nothing to submit" in poll

@@ -123,7 +123,7 @@ def test_it_refuses_a_taken_username_and_a_bad_email(admin_client, member):
 
 def test_it_changes_a_role_and_audits_from_what_to_what(admin_client, member):
     response = admin_client.post(f"/team/people/{member.pk}/role", {"role": "viewer"})
-    assert response.status_code == 303 and response["Location"] == "/team#people"
+    assert response.status_code == 303 and response["Location"] == "/team"
     member.refresh_from_db()
     assert member.membership.role == "viewer"
     event = AuditEvent.objects.get(kind="person.role_changed")

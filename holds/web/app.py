@@ -54,6 +54,15 @@ def service_worker(request):
     return response
 
 
+@require_GET
+@cache_control(max_age=86400)
+def favicon(request):
+    """/favicon.ico, where browsers and feed readers look without reading the page's <link rel=icon>
+    (static/favicon.ico: the app's icon as a PNG inside an ICO)."""
+    with open(finders.find("favicon.ico"), "rb") as source:
+        return HttpResponse(source.read(), content_type="image/x-icon")
+
+
 @login_required
 @require_http_methods(["GET", "POST", "DELETE"])
 def push_subscriptions(request):

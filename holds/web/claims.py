@@ -10,7 +10,8 @@ from django.views.decorators.http import require_POST
 
 from .. import presence, ratelimit, services
 from ..errors import ServiceError
-from ..policy import sees_presence
+from ..models import Hold
+from ..policy import is_open, sees_presence
 from ..responses import see_other
 from .common import load_hold, problems, viewer
 
@@ -36,7 +37,10 @@ def hold_presence(request, hold_id: str):
     # Not at the page view: a glance is not a look, and the page itself stays free of writes.
     if sees_presence(actor, hold) and presence.first_look(hold, request.user):
         services.hold_seen(hold_id=hold.pk, run_id=hold.run_id, actor=actor)
-    return render(request, "holds/hold.html#presence", _context(request, hold, actor))
+    # Decided, expired or cancelled since the page opened (here or elsewhere): the page is told within
+    # one poll and stops offering what could no longer be sent.
+    ended = hold.status != Hold.Status.PENDING or not is_open(hold)
+    return render(request, "holds/hold.html#presence", {**_context(request, hold, actor), "ended": ended})
 
 
 @require_POST

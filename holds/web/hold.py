@@ -35,7 +35,7 @@ from ..policy import (
     sees_presence,
 )
 from ..responses import see_other
-from ..schemas import changed_fields
+from ..schemas import COMMENT_MAX_CHARS, changed_fields
 from ..words import Action
 from . import by_confidence
 from .common import load_hold, viewer
@@ -153,6 +153,7 @@ def _hold_context(request, hold: Hold, actor: Actor, form: DecisionForm | None =
         "quorum": queries.hold_quorum(hold),
         "escalations": list(hold.escalations.order_by("step")),
         "bc_thresholds": by_confidence.THRESHOLDS,
+        "comment_max": COMMENT_MAX_CHARS,
         **presence.hold_context(hold, request.user, shown=sees_presence(actor, hold)),
     }
 

@@ -28,7 +28,7 @@ from ..auth import Actor, actor_for_user, role_of_user
 from ..errors import ServiceError
 from ..models import Capability, Role, ServiceAccount
 from ..policy import may_manage_team
-from ..responses import SeeOther, see_other
+from ..responses import see_other
 from .common import forbid, refused
 
 APPROVER_ROLES = (Role.ADMIN, Role.MEMBER)
@@ -72,19 +72,17 @@ def _admin(request) -> Actor:
     return actor
 
 
-def _back(section: str) -> SeeOther:
-    return see_other(reverse("team") + f"#{section}")
-
-
-def _run(request, section: str, call, done):
+def _run(request, call, done):
     """Calls a team service; a refusal becomes a message on the page (403 stays a 403: common.refused).
-    `done` is the success message, or a function of the service's result that returns it."""
+    `done` is the success message, or a function of the service's result that returns it. Either way
+    it goes back to the top of /team, where the message is: an anchor to the section (#people)
+    scrolled the message out of sight, "this is the last admin" included."""
     try:
         result = call()
     except ServiceError as exc:
-        return refused(request, exc, reverse("team") + f"#{section}")
+        return refused(request, exc, reverse("team"))
     messages.success(request, done(result) if callable(done) else done)
-    return _back(section)
+    return see_other(reverse("team"))
 
 
 # --- the page --------------------------------------------------------------------------------------
@@ -185,13 +183,11 @@ def person_role(request, user_id: int):
         # People made by createsuperuser have no membership yet; adding them gives them one.
         return _run(
             request,
-            "people",
             lambda: services.person_add(username=user.username, role=role, password=None, actor=actor),
             f"{user.username} is now {role}.",
         )
     return _run(
         request,
-        "people",
         lambda: services.person_set_role(user_id=user.pk, role=role, actor=actor),
         f"{user.username} is now {role}.",
     )
@@ -205,7 +201,6 @@ def person_active(request, user_id: int):
     active = request.POST.get("active") == "1"
     return _run(
         request,
-        "people",
         lambda: services.person_set_active(user_id=user.pk, active=active, actor=actor),
         f"{user.username} is {'active again' if active else 'deactivated and signed out'}.",
     )
@@ -220,7 +215,6 @@ def person_slack(request, user_id: int):
     slack_user_id = request.POST.get("slack_user_id", "")
     return _run(
         request,
-        "people",
         lambda: services.person_set_slack(user_id=user.pk, slack_user_id=slack_user_id, actor=actor),
         f"{user.username}'s Slack link is {'set' if slack_user_id.strip() else 'removed'}.",
     )
@@ -271,7 +265,6 @@ def account_role(request, account_id: int):
     role = request.POST.get("role", "")
     return _run(
         request,
-        "accounts",
         lambda: services.service_account_set_role(account_id=account_id, role=role, actor=actor),
         f"The service account now has the role {role}.",
     )
@@ -283,7 +276,6 @@ def account_revoke(request, account_id: int):
     actor = _admin(request)
     return _run(
         request,
-        "accounts",
         lambda: services.service_account_revoke(account_id=account_id, actor=actor),
         "The key is revoked; it stopped working at once.",
     )
@@ -301,7 +293,6 @@ def capability_approvers(request, capability_id: int):
     self_approval = request.POST.get("self_approval") == "1" if "self_approval_shown" in request.POST else None
     return _run(
         request,
-        "capabilities",
         lambda: services.capability_set_approvers(
             capability_id=capability_id, approvers=approvers, self_approval=self_approval, actor=actor
         ),

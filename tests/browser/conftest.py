@@ -16,7 +16,8 @@ os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"
 
 CHROMIUM = "/usr/bin/chromium"
 ROOT = Path(__file__).resolve().parents[2]
-ARTIFACTS = ROOT / "test-artifacts"
+# Screenshots go here; RQ_TEST_ARTIFACTS puts them elsewhere (e.g. under /tmp, to look at them).
+ARTIFACTS = Path(os.environ.get("RQ_TEST_ARTIFACTS") or ROOT / "test-artifacts")
 AXE = ROOT / "node_modules" / "axe-core" / "axe.min.js"
 PASSWORD = "pw-for-tests-1"
 

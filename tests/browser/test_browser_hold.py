@@ -83,7 +83,7 @@ def test_it_shows_a_type_error_next_to_the_field_and_decides_nothing(person_sess
     page.get_by_role("group", name="Acme · 120.00").get_by_label("Edit").check()
     page.get_by_role("group", name="Acme · 120.00").get_by_label("lines", exact=True).fill("[{")
     page.get_by_role("button", name="Submit decision").click()
-    expect(page.get_by_text("Enter valid JSON")).to_be_visible()
+    expect(page.get_by_role("group", name="Acme · 120.00").get_by_text("Enter valid JSON")).to_be_visible()
     expect(first.get_by_label("amount", exact=True)).to_have_value("18.5")
     expect(page.locator("#last-look")).to_be_hidden()
     assert Hold.objects.get(pk=hold.pk).status == "pending"
