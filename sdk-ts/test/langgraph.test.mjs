@@ -9,7 +9,9 @@
 //   { decisions } })` loop);
 // - langchain-ai/docs, src/oss/langgraph/interrupts.mdx (JS): "Approve or reject" (`approvalNode`),
 //   "Interrupts in tools" (`sendEmailTool`), "Validating human input" (the full example's `collectAge`) and
-//   "Handling multiple interrupts" (`nodeA`, `nodeB`).
+//   "Handling multiple interrupts" (`nodeA`, `nodeB`);
+// - tests/test_sdk_adapter_langgraph.py's `ask_age` (`interrupt("How old are you?", response_schema=Age)`), with
+//   `{ responseSchema }` and a Zod `Age`: LangGraph.js 1.7 has no docs example of it. `reviewGraph` is ours.
 // Changed per docs/sdk.md:
 // - `model` (Anthropic) → `fakeModel()` from `@langchain/core/testing`, scripted (no network);
 // - `checkpointer: new MemorySaver()` → `PostgresSaver.fromConnString(…)` (the adapter refuses an in-memory one);
@@ -182,6 +184,29 @@ function ageGraph(checkpointer) {
     .compile({ checkpointer });
 }
 
+// The Python adapter's response-schema test: the resume value is parsed by the Zod schema.
+function ageSchemaGraph(checkpointer) {
+  const Age = z.object({ age: z.number().int() });
+  return new StateGraph(Annotation.Root({ age: Annotation() }))
+    .addNode("ask", () => ({ age: interrupt("How old are you?", { responseSchema: Age }).age }))
+    .addEdge(START, "ask")
+    .compile({ checkpointer });
+}
+
+// A prefilled form with the `approved` flag and a `reason`: the node pays or says why not.
+function reviewGraph(checkpointer, paid) {
+  const Review = z.object({ amount: z.number().int().positive().optional(), approved: z.boolean(), reason: z.string() });
+  return new StateGraph(Annotation.Root({ amount: Annotation(), status: Annotation() }))
+    .addNode("review", (state) => {
+      const review = interrupt({ amount: state.amount, approved: true, reason: "" }, { responseSchema: Review });
+      if (!review.approved) return { status: `refused: ${review.reason}` };
+      paid.push(review.amount);
+      return { status: `paid ${review.amount}` };
+    })
+    .addEdge(START, "review")
+    .compile({ checkpointer });
+}
+
 // "Handling multiple interrupts" (interrupts.mdx, JS): parallel branches interrupt in the same step.
 function parallelGraph(checkpointer) {
   const State = Annotation.Root({
@@ -226,6 +251,7 @@ let server;
 let expiring;
 const savers = [];
 const sent = { main: [], restarted: [], expiring: [], tool: [], toolExpiring: [], both: [] };
+const paid = { main: [], expiring: [] };
 const proceeded = [];
 const proceededExpiring = [];
 let expiringPlain;
@@ -256,6 +282,9 @@ async function serveAgents(sentTo) {
       age: langGraphAgent({ graph: ageGraph(checkpointer), schema: AGE }),
       parallel: langGraphAgent({ graph: parallelGraph(checkpointer) }),
       email_both: langGraphAgent({ graph: hitlAgent([[...SEND, ...FOLLOW_UP]], sent.both, checkpointer), input: userMessage, output: toolMessages }),
+      age_schema: langGraphAgent({ graph: ageSchemaGraph(checkpointer) }),
+      review: langGraphAgent({ graph: reviewGraph(checkpointer, paid.main) }),
+      review_expiring: langGraphAgent({ graph: reviewGraph(checkpointer, paid.expiring), expiresIn: 60 }),
     },
     { secret, port, log: () => {} },
   ).listen();
@@ -275,6 +304,9 @@ before(async () => {
     age: { endpoint, secret },
     parallel: { endpoint, secret },
     email_both: { endpoint, secret },
+    age_schema: { endpoint, secret },
+    review: { endpoint, secret },
+    review_expiring: { endpoint, secret },
   });
   server = await serveAgents(sent.main);
   // Asked first, so that its 60 s (the shortest expiry) pass while the rest runs.
@@ -282,6 +314,7 @@ before(async () => {
   expiringPlain = {
     approval: await service.startRun("approval_expiring", { actionDetails: "Transfer $500 (expires)" }),
     tool: await service.startRun("email_tool_expiring", { prompt: "email alice" }),
+    review: await service.startRun("review_expiring", { amount: 500 }),
   };
 });
 
@@ -482,5 +515,56 @@ describe("several pauses in one step are one hold, each answered by its own deci
     assert.deepEqual(Object.keys(run.output).sort(), ["call_follow_up", "call_send"]);
     assert.deepEqual(sent.both, [SEND[0][1], edited]);
     assert.equal(run.holds.length, 1);
+  });
+});
+
+describe('an interrupt with a responseSchema: the Python adapter\'s "schema" answer rule', () => {
+  test("without an approved flag: edit only, in the schema's fields; a wrong type is refused; the node gets the answer", async () => {
+    const runId = await service.startRun("age_schema", {});
+    const hold = await service.heldHold(runId);
+    const [item] = hold.items;
+    assert.deepEqual(item.data, { age: null });
+    assert.equal(item.details, "How old are you?");
+    assert.equal(item.schema.properties.age.type, "integer");
+    assert.deepEqual(item.actions, ["edit"]); // nothing to approve until a person answers; no way to say no
+    const refused = await service.api("POST", `/v0/holds/${hold.hold_id}/decision`, { items: [{ id: item.id, action: "edit", data: { age: "thirty" } }] });
+    assert.equal(refused.status, 422, JSON.stringify(refused.body));
+    assert.equal(refused.body.errors[0].field, "items[0].data.age");
+    await service.decide(hold.hold_id, { items: [{ id: item.id, action: "edit", data: { age: 30 } }] });
+    const run = await service.runReaches(runId, "completed");
+    assert.deepEqual(run.output, { age: 30 });
+  });
+
+  test("with an approved flag: approve sends the data, an edit the edited data, a reject { approved: false, reason }", async () => {
+    paid.main.length = 0;
+    for (const [decision, status] of [
+      [{ action: "approve" }, "paid 500"],
+      [{ action: "edit", data: { amount: 300, approved: true, reason: "" } }, "paid 300"],
+      [{ action: "reject", comment: "over budget" }, "refused: over budget"],
+    ]) {
+      const runId = await service.startRun("review", { amount: 500 });
+      const hold = await service.heldHold(runId);
+      const [item] = hold.items;
+      assert.deepEqual(item.data, { amount: 500, approved: true, reason: "" });
+      assert.deepEqual(item.actions, ["approve", "edit", "reject"]);
+      assert.deepEqual(Object.keys(item.schema.properties).sort(), ["amount", "approved", "reason"]);
+      if (decision.action === "edit") {
+        const refused = await service.api("POST", `/v0/holds/${hold.hold_id}/decision`, { items: [{ id: item.id, action: "edit", data: { ...decision.data, amount: "lots" } }] });
+        assert.equal(refused.status, 422, JSON.stringify(refused.body));
+        assert.equal(refused.body.errors[0].field, "items[0].data.amount");
+      }
+      await service.decide(hold.hold_id, { items: [{ id: item.id, ...decision }] });
+      const run = await service.runReaches(runId, "completed");
+      assert.equal(run.output.status, status);
+    }
+    assert.deepEqual(paid.main, [500, 300]);
+  });
+
+  test("an expired hold answers { approved: false, reason: <the expiry message> }", async () => {
+    // Asked in before(), with the other expiring runs.
+    const run = await service.runReaches(expiringPlain.review, "completed", 150_000);
+    assert.equal(run.holds[0].status, "expired");
+    assert.equal(run.output.status, `refused: ${EXPIRED}`);
+    assert.deepEqual(paid.expiring, []);
   });
 });

@@ -9,7 +9,8 @@
  * (`{ [interruptId]: value }`): LangGraph.js resumes *all* pending interrupts with a bare value. The
  * answer rules are the Python adapter's (docs/sdk.md): middleware requests get LangChain's own decisions
  * (approve, edit as `editedAction`, reject with the comment as its `message`), one item per call with the
- * tool's argument schema; a plain `interrupt(value)` gets what the docs' nodes read (`answer`).
+ * tool's argument schema; a plain `interrupt(value)` gets what the docs' nodes read (`answer`), and one
+ * with a `responseSchema` (LangGraph keeps it as JSON Schema, `response_schema`) is asked in its fields.
  */
 
 import { Command } from "@langchain/langgraph";
@@ -31,7 +32,7 @@ import {
 } from "./common.js";
 
 /** What a plain interrupt's node reads back (the Python adapter's `answer=`). */
-export type Answer = "truth" | "action" | "decision" | ((value: unknown, decided: DecidedItem | null) => unknown);
+export type Answer = "truth" | "action" | "schema" | "decision" | ((value: unknown, decided: DecidedItem | null) => unknown);
 
 export interface LangGraphAgentOptions {
   /** A compiled graph, or a `createAgent(...)` agent, with a durable checkpointer. */
@@ -40,7 +41,10 @@ export interface LangGraphAgentOptions {
   input?: (inv: Invocation) => unknown;
   /** The run output from the final state values; default the values themselves. */
   output?: (values: any, inv: Invocation) => unknown;
-  /** How a plain interrupt is answered; inferred when not given ("action" for a value with an `action` key, else "truth"). */
+  /**
+   * How a plain interrupt is answered; inferred when not given: "schema" for an interrupt with a
+   * `responseSchema`, "action" for a value with an `action` key, else "truth".
+   */
   answer?: Answer;
   /** A plain interrupt's item schema (of its data, e.g. `{ value: … }`), or a function of the interrupt value. */
   schema?: JsonObject | ((value: unknown) => JsonObject | null);
@@ -61,6 +65,8 @@ export interface LangGraphAgentOptions {
 interface PendingInterrupt {
   id: string;
   value: unknown;
+  /** `interrupt(value, { responseSchema })` as LangGraph stores it: JSON Schema, a Zod one converted. */
+  responseSchema?: JsonObject;
 }
 
 /** One reviewable thing: a middleware request's call, or a plain interrupt. */
@@ -74,6 +80,9 @@ interface Reviewable {
   allowed: Action[];
   details?: string;
   value?: unknown;
+  /** A plain interrupt's answer shape, and under "schema" its response schema (the item's schema). */
+  shape?: Answer;
+  schema?: JsonObject;
 }
 
 const FROM_LANGCHAIN: Record<string, Action> = { approve: "approve", edit: "edit", reject: "reject" };
@@ -116,7 +125,13 @@ export function langGraphAgent(options: LangGraphAgentOptions): Handler {
 }
 
 function pendingInterrupts(state: any): PendingInterrupt[] {
-  return (state?.tasks ?? []).flatMap((t: any) => (t.interrupts ?? []).map((i: any) => ({ id: i.id, value: i.value })));
+  return (state?.tasks ?? []).flatMap((t: any) =>
+    (t.interrupts ?? []).map((i: any) => ({
+      id: i.id,
+      value: i.value,
+      ...(isObject(i.response_schema) ? { responseSchema: i.response_schema } : {}),
+    })),
+  );
 }
 
 /** Each tool's argument JSON Schema, from the graph's ToolNode (createAgent's "tools" node). */
@@ -138,12 +153,18 @@ function isMiddlewareRequest(value: unknown): value is { actionRequests: any[]; 
   return isObject(value) && Array.isArray(value.actionRequests) && Array.isArray(value.reviewConfigs);
 }
 
-function inferredAnswer(value: unknown, answer?: Answer): Answer {
+function inferredAnswer(intr: PendingInterrupt, answer?: Answer): Answer {
   if (answer) return answer;
-  return isObject(value) && "action" in value ? "action" : "truth";
+  if (intr.responseSchema) return "schema";
+  return isObject(intr.value) && "action" in intr.value ? "action" : "truth";
 }
 
-function reviewables(pending: PendingInterrupt[]): Reviewable[] {
+function hasApprovedFlag(schema: JsonObject | undefined): boolean {
+  const props = schema?.properties;
+  return isObject(props) && isObject(props.approved) && props.approved.type === "boolean";
+}
+
+function reviewables(pending: PendingInterrupt[], answer?: Answer): Reviewable[] {
   const out: Reviewable[] = [];
   for (const intr of pending) {
     const value = intr.value;
@@ -172,15 +193,33 @@ function reviewables(pending: PendingInterrupt[]): Reviewable[] {
         : typeof value === "string"
           ? value.slice(0, 200)
           : callTitle("interrupt", { value });
+      const shape = inferredAnswer(intr, answer);
+      let data: JsonObject = isObject(value) ? value : { value: value as any };
+      let allowed: Action[] = ["approve", "edit", "reject"];
+      let details: string | undefined;
+      const schema = shape === "schema" ? intr.responseSchema : undefined;
+      if (schema) {
+        // The reviewer answers in the schema's fields; the question itself is the details.
+        const fields = Object.keys(isObject(schema.properties) ? schema.properties : {});
+        const asked = isObject(value) ? value : {};
+        if (fields.length) data = Object.fromEntries(fields.map((k) => [k, asked[k] === undefined ? null : asked[k]]));
+        if (typeof value === "string") details = value;
+        // Nothing valid to approve until a person fills it in; no way to say no without the flag.
+        if (Object.values(data).some((v) => v === null)) allowed = allowed.filter((a) => a !== "approve");
+        if (!hasApprovedFlag(schema)) allowed = allowed.filter((a) => a !== "reject");
+      }
       out.push({
         itemId: intr.id,
         interruptId: intr.id,
         kind: "plain",
         name: "interrupt",
-        data: isObject(value) ? value : { value: value as any },
+        data,
         title: (title || "Approve this step").slice(0, 1000),
-        allowed: ["approve", "edit", "reject"],
+        allowed,
+        ...(details ? { details } : {}),
         value,
+        shape,
+        ...(schema ? { schema } : {}),
       });
     }
   }
@@ -194,8 +233,8 @@ function langchainDecision(r: Reviewable, d: DecidedItem | undefined): JsonObjec
   return message ? { type: "reject", message } : { type: "reject" };
 }
 
-function plainDecision(r: Reviewable, d: DecidedItem | undefined, answer?: Answer): unknown {
-  const shape = inferredAnswer(r.value, answer);
+function plainDecision(r: Reviewable, d: DecidedItem | undefined): unknown {
+  const shape = r.shape!;
   if (typeof shape === "function") return shape(r.value, d ?? null);
   const action = !d || d.action === "feedback" ? "reject" : d.action;
   const comment = d ? d.comment : EXPIRED_MESSAGE;
@@ -203,6 +242,13 @@ function plainDecision(r: Reviewable, d: DecidedItem | undefined, answer?: Answe
   if (shape === "action") {
     if (action === "reject") return { action: "reject", comment };
     return { ...(isObject(d?.data) ? d!.data : r.data), action: "approve" };
+  }
+  if (shape === "schema") {
+    if (action !== "reject") return d!.data;
+    // An expiry answers so too, with or without the flag (the Python adapter's rule).
+    const props = isObject(r.schema?.properties) ? r.schema.properties : {};
+    const key = ["reason", "comment", "message", "feedback"].find((k) => isObject(props[k]) && props[k].type === "string");
+    return key ? { approved: false, [key]: comment ?? "" } : { approved: false };
   }
   // "truth": the docs' `if (interrupt(...))` and `const edited = interrupt(...)`.
   if (action === "approve") return true;
@@ -220,14 +266,14 @@ export function resumeMap(pending: PendingInterrupt[], decided: DecidedItem[], e
   const answers: Record<string, unknown> = {};
   const batched = new Map<string, JsonObject[]>();
   const incomplete = new Set<string>();
-  for (const r of reviewables(pending)) {
+  for (const r of reviewables(pending, answer)) {
     const d = byId.get(r.itemId);
     if (!d && !expired) {
       incomplete.add(r.interruptId);
     } else if (r.kind === "batched") {
       batched.set(r.interruptId, [...(batched.get(r.interruptId) ?? []), langchainDecision(r, d)]);
     } else {
-      answers[r.interruptId] = plainDecision(r, d, answer);
+      answers[r.interruptId] = plainDecision(r, d);
     }
   }
   for (const [id, decisions] of batched) if (!incomplete.has(id)) answers[id] = { decisions };
@@ -237,12 +283,12 @@ export function resumeMap(pending: PendingInterrupt[], decided: DecidedItem[], e
 async function askFor(inv: Invocation, options: LangGraphAgentOptions, pending: PendingInterrupt[], schemas: Map<string, JsonObject>) {
   const withSchema =
     options.itemSchema === true || (options.itemSchema !== false && (await serviceAcceptsItemSchema(inv.apiUrl)));
-  const found = reviewables(pending);
+  const found = reviewables(pending, options.answer);
   const items: AskItem[] = found.map((r) => {
     const item: AskItem = { id: r.itemId, title: r.title, data: r.data, actions: offeredActions(withFeedback(r.allowed), options.actions) };
     if (r.details) item.details = r.details;
     const own = typeof options.schema === "function" ? options.schema(r.value) : options.schema;
-    const schema = r.kind === "batched" ? schemas.get(r.name) : own;
+    const schema = r.kind === "batched" ? schemas.get(r.name) : (r.schema ?? own);
     if (withSchema && schema) item.schema = schema;
     return item;
   });
