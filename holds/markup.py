@@ -3,7 +3,7 @@
 Python-Markdown takes quadratic time on some inputs (runs of `[`: 12 KB took 21.8 s; 62 items of
 `*a` took 5.7-8.4 s) and recurses on deep nesting (about 300 list levels raise RecursionError), so
 agent text is never rendered on a page view. At the ask, the whole ask's text renders in the web
-process only when it is small in every way that costs (IN_PROCESS_*: a few milliseconds at worst);
+process only when it is small in every way that costs (IN_PROCESS_*: about 10 ms of CPU at worst);
 anything else renders in a child process (`python -m holds.markup`, at the lowest CPU priority)
 that is killed at the time budget. Children are bounded service-wide (on one host) by CHILD_SLOTS
 lock files: an ask that finds no free slot within its budget is over it. Past the budget, or over
@@ -14,6 +14,7 @@ This module imports no Django, so the child starts fast.
 import fcntl
 import functools
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -32,12 +33,23 @@ from markdown.treeprocessors import Treeprocessor
 # The whole ask's markdown (the hold's details and every item's) is rendered under these budgets.
 MAX_BYTES = 256 * 1024
 MAX_SECONDS = 2.0
-# In process only when the whole ask is below all of these (the slow inputs need many markup
-# characters, long texts or deep nesting; within them the worst input found took under 20 ms of CPU).
+# In process only when the whole ask, as it is rendered (hidden characters spelled out), is within
+# all of these. Each bounds one way a text costs more than linear time; within them the worst inputs
+# found take about 10 ms of CPU (a test in test_security_costs.py grows hostile texts to these bounds
+# and holds each to half of the 40 ms budget).
 IN_PROCESS_CHARS = 4096
-IN_PROCESS_MARKUP = 128  # characters that open or close inline markup, and quote markers
-IN_PROCESS_LINES = 128
-MARKUP_CHARS = frozenset("*_[]`<>\\!~|")
+# Characters that open or close markup, or that the cleaner and linkifier work hardest on (4,096 `&`
+# took 25 ms; runs of `(`, below, 197 ms).
+IN_PROCESS_MARKUP = 64
+IN_PROCESS_LINES = 64  # and so at most 64 texts: each costs a converter and a cleaner run
+IN_PROCESS_BRACKETS = 8  # each `[` makes the link parser scan the rest of its text (128: 104 ms)
+IN_PROCESS_WORD = 256  # the linkifier backtracks along a run without whitespace (4,096 of `-a`: 66 ms)
+# Quote and list markers that open one line: each nests a block that parses the rest of its text
+# again (64 of `- ` before 4 KB took 12 ms; 1,000 raised RecursionError).
+IN_PROCESS_DEPTH = 16
+MARKUP_CHARS = frozenset("*_[]`<>\\!~|()&")
+LINE_OPENERS = re.compile(r"^(?:[ \t]*(?:>|(?:[-+*]|\d+\.)(?=[ \t])))+", re.MULTILINE)
+OPENER = re.compile(r">|[-+*]|\d+\.")
 # The child lowers its CPU priority before it imports anything: the cores go to requests first.
 CHILD = [sys.executable, "-c", "import os, runpy; os.nice(19); runpy.run_module('holds.markup', run_name='__main__')"]
 # Child processes rendering at once on this host, whatever the number of web processes and threads.
@@ -213,12 +225,19 @@ def to_html(text: str) -> str:
 
 def in_process(texts: list[str]) -> bool:
     """Whether the whole ask's text is cheap enough to render in the web process."""
-    chars = sum(len(t) for t in texts)
-    if chars > IN_PROCESS_CHARS:
+    if sum(len(t) for t in texts) > IN_PROCESS_CHARS:  # spelling out hidden characters only adds
         return False
-    marks = sum(1 for t in texts for ch in t if ch in MARKUP_CHARS)
-    lines = sum(t.count("\n") + 1 for t in texts if t)
-    return marks <= IN_PROCESS_MARKUP and lines <= IN_PROCESS_LINES
+    shown = [reveal(t) for t in texts if t]  # what to_html renders
+    if sum(len(t) for t in shown) > IN_PROCESS_CHARS:
+        return False
+    return (
+        sum(1 for t in shown for ch in t if ch in MARKUP_CHARS) <= IN_PROCESS_MARKUP
+        and sum(t.count("\n") + 1 for t in shown) <= IN_PROCESS_LINES
+        and sum(t.count("[") for t in shown) <= IN_PROCESS_BRACKETS
+        and max((len(word) for t in shown for word in t.split()), default=0) <= IN_PROCESS_WORD
+        and max((len(OPENER.findall(line)) for t in shown for line in LINE_OPENERS.findall(t)), default=0)
+        <= IN_PROCESS_DEPTH
+    )
 
 
 @contextmanager

@@ -1,4 +1,5 @@
-"""Rate limits on ask, decision and sign-in: fixed windows counted in the Django cache.
+"""Rate limits on ask, decision and sign-in: fixed windows counted in the Django cache (and `tally`,
+the same count limiting nothing, for what is only recorded a bounded number of times).
 
 The cache is Redis when REDIS_URL is set (shared by every web process), local memory otherwise.
 Rates are settings, read on every call so that tests and operators can change them:
@@ -84,7 +85,11 @@ def _window(scope: str, ident: str) -> tuple[Rate, str, float, int] | None:
         return None
     now = clock()
     window = int(now // rate.period)
-    return rate, f"rq:rl:{scope}:{_digest(ident)}:{window}", now, window
+    return rate, _key(scope, ident, window), now, window
+
+
+def _key(scope: str, ident: str, window: int) -> str:
+    return f"rq:rl:{scope}:{_digest(ident)}:{window}"
 
 
 def _retry_after(rate: Rate, now: float, window: int) -> int:
@@ -99,16 +104,31 @@ def hit(scope: str, ident: str, cost: int = 1) -> int:
         return 0
     rate, key, now, window = found
     try:
-        cache.add(key, 0, timeout=rate.period + 5)
-        try:
-            count = cache.incr(key, cost)
-        except ValueError:  # the window's key expired between add and incr: this is its first hit
-            cache.set(key, cost, timeout=rate.period + 5)
-            count = cost
+        count = _add(key, cost, rate.period)
     except Exception:  # noqa: BLE001 - a cache outage must not stop agents or reviewers: fail open
         log.warning("rate limit %s not counted: the cache is unavailable", scope, exc_info=True)
         return 0
     return 0 if count <= rate.limit else _retry_after(rate, now, window)
+
+
+def _add(key: str, cost: int, period: int) -> int:
+    """Adds `cost` to a window's count and returns the count; raises when the cache is unavailable."""
+    cache.add(key, 0, timeout=period + 5)
+    try:
+        return cache.incr(key, cost)
+    except ValueError:  # the window's key expired between add and incr: this is its first hit
+        cache.set(key, cost, timeout=period + 5)
+        return cost
+
+
+def tally(scope: str, ident: str, period: int) -> int | None:
+    """Counts one event of `ident` in `scope`'s current fixed window of `period` seconds, limiting
+    nothing: the window's count so far, or None when the cache is unavailable."""
+    try:
+        return _add(_key(scope, ident, int(clock() // period)), 1, period)
+    except Exception:  # noqa: BLE001 - the caller decides what an uncounted event means
+        log.warning("%s not counted: the cache is unavailable", scope, exc_info=True)
+        return None
 
 
 def spent(scope: str, ident: str) -> int:

@@ -112,6 +112,16 @@ class ActorKind(StrEnum):
     SYSTEM = "system"
 
 
+class SlackRequestRefusal(StrEnum):
+    """Why /slack/interactions refused a request before anyone was known to have sent it (the reason
+    of its bounded slack.refused events: a fixed set, so that the audit log holds no sender's text)."""
+
+    UNSIGNED = "unsigned request"
+    STALE = "stale timestamp"
+    FORGED = "forged signature"
+    REPLAYED = "replayed request"
+
+
 def in_templates(request) -> dict:
     """A context processor: templates compare with `Action.EDIT`, never a quoted word."""
     return {"Action": Action}

@@ -30,6 +30,21 @@ def _fast_passwords(settings):
     settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 
 
+@pytest.fixture(autouse=True)
+def minute(monkeypatch):
+    """Refused requests are counted per minute in the cache: a clear one, and a clock that stands
+    still (a test moves it on), so that no count carries over from another test or turns over."""
+    from django.core.cache import cache
+
+    from holds import ratelimit
+
+    now = [1_800_000_010.0]
+    cache.clear()
+    monkeypatch.setattr(ratelimit, "clock", lambda: now[0])
+    yield now
+    cache.clear()
+
+
 @pytest.fixture
 def standin(settings):
     double = SlackStandIn()
@@ -205,6 +220,53 @@ def test_a_forged_or_stale_signature_is_refused_and_nothing_is_enqueued(client, 
     assert hold.status == Hold.Status.PENDING
 
 
+def test_unsigned_stale_and_forged_requests_are_audited_bounded_by_reason_and_minute(
+    client, people, standin, enqueued, minute, monkeypatch
+):
+    hold = posted_hold()
+    body = press_body(hold, "UMONA")
+
+    def send(**headers):
+        form = "application/x-www-form-urlencoded"
+        return client.post("/slack/interactions", data=body, content_type=form, **headers)
+
+    def counted():
+        events = AuditEvent.objects.filter(kind=AuditKind.SLACK_REFUSED).order_by("pk")
+        return [(e.actor, e.data["reason"], e.data["count_this_minute"]) for e in events]
+
+    answers = [press(client, hold, "UMONA", secret="not-the-signing-secret") for _ in range(25)]
+    answers += [press(client, hold, "UMONA", at=time.time() - 301) for _ in range(3)]
+    # A timestamp that is not a number is stale too (the SDK's int() made it a 500).
+    for timestamp in ("soon", "1e9", "9" * 5000):
+        answers.append(send(HTTP_X_SLACK_REQUEST_TIMESTAMP=timestamp, HTTP_X_SLACK_SIGNATURE="v0=00"))
+    answers += [send(), send(HTTP_X_SLACK_SIGNATURE=signed(body)["HTTP_X_SLACK_SIGNATURE"])]
+    assert {a.status_code for a in answers} == {401}
+    # 33 refusals, 4 events: the 1st and 10th forged, the 1st stale and the 1st unsigned of this minute.
+    assert counted() == [
+        ("slack:?", "forged signature", 1),
+        ("slack:?", "forged signature", 10),
+        ("slack:?", "stale timestamp", 1),
+        ("slack:?", "unsigned request", 1),
+    ]
+    for _ in range(90):
+        press(client, hold, "UMONA", secret="not-the-signing-secret")
+    assert counted()[-1] == ("slack:?", "forged signature", 100)  # and none between 10 and 100
+    assert len(counted()) == 5
+    minute[0] += 60  # a new minute counts from 1 again
+    press(client, hold, "UMONA", secret="not-the-signing-secret")
+    assert counted()[-1] == ("slack:?", "forged signature", 1)
+    # Without the cache nothing can bound them: they are logged only, and still refused.
+    from holds import ratelimit
+
+    monkeypatch.setattr(ratelimit, "_add", lambda *args: 1 / 0)
+    minute[0] += 60
+    assert press(client, hold, "UMONA", secret="not-the-signing-secret").status_code == 401
+    assert len(counted()) == 6
+    assert enqueued == []
+    hold.refresh_from_db()
+    assert hold.status == Hold.Status.PENDING
+
+
 def test_a_replayed_request_is_refused_and_audited(client, people, standin, enqueued):
     hold = posted_hold()
     body = press_body(hold, "UMONA")
@@ -302,6 +364,38 @@ def test_a_hold_decided_anywhere_else_or_expired_loses_its_buttons_on_beats_pass
     assert by_hold[pending.pk] not in updates
     assert all('"actions"' not in text for text in updates.values())
     assert notify_tasks.close_slack.apply().get() == 0  # each message is updated once
+
+
+@pytest.mark.parametrize("ended_by", ["completed", "failed", "admin"])
+def test_a_hold_cancelled_with_its_run_loses_its_buttons_in_place(client, people, standin, enqueued, ended_by):
+    cap = factories.capability(notify={"slack": CHANNEL}, approvers=["admin", "member"])
+    invocation, _ = factories.deliver_now(factories.start_run(cap))
+    hold = services.hold_ask(invocation=invocation, body=factories.ask_body())
+    assert notifications.deliver(hold_id=hold.pk, kind="asked", channel="slack") == "posted"
+    # The agent ends its run instead of suspending on the hold (or an admin fails the run).
+    if ended_by == "admin":
+        services.run_fail(run_id=hold.run_id, actor=actor_for_user(people["alice"]), reason="stop")
+    else:
+        factories.answer(invocation, {"status": ended_by, "output": {}, "error": "gave up"})
+    hold.refresh_from_db()
+    assert hold.status == Hold.Status.CANCELLED
+    # A press on the message before it is updated decides nothing and says why, to the presser alone.
+    press(client, hold, "UMONA")
+    assert run_tasks(enqueued) == ["refused"]
+    [told] = standin.of("chat.postEphemeral")
+    assert told["user"] == "UMONA" and "cancelled" in told["text"]
+    assert not standin.of("chat.update")
+    assert notify_tasks.close_slack.apply().get() == 1
+    message = SlackMessage.objects.get(hold=hold)
+    [update] = standin.of("chat.update")
+    assert (update["channel"], update["ts"]) == (message.channel, message.ts)  # in place
+    blocks = blocks_of(update)
+    assert not [b for b in blocks if b["type"] == "actions"]
+    assert "Cancelled: its run finished" in json.dumps(blocks)
+    assert message.closed_at is not None
+    assert notify_tasks.close_slack.apply().get() == 0  # updated once
+    hold.refresh_from_db()
+    assert hold.status == Hold.Status.CANCELLED and not hold.items.exclude(action="").exists()
 
 
 def test_the_endpoint_is_off_without_a_signing_secret(client, settings):

@@ -158,6 +158,103 @@ def test_2_an_over_budget_ask_is_stored_and_shown_as_plain_text(api, live, slots
     assert set(HoldItem.objects.values_list("details_html", flat=True)) == {None}
 
 
+def _most(build) -> list[str]:
+    """build(n) for the largest n whose texts still render in process (the bounds only ever grow
+    with n, so a binary search finds it)."""
+    from holds import markup
+
+    low, high = 0, markup.IN_PROCESS_CHARS
+    while low < high:
+        mid = (low + high + 1) // 2
+        low, high = (mid, high) if markup.in_process(build(mid)) else (low, mid - 1)
+    return build(low)
+
+
+def at_the_bounds(unit: str, *, sep: str = "", head: str = "") -> list[str]:
+    """One text: `head`, then as many `unit`s (joined by `sep`) as the in-process bounds allow, then
+    as many plain words as still fit, so that each unit has the most text after it to cost."""
+    [text] = _most(lambda n: [head + sep.join([unit] * n)])
+    return _most(lambda n: [text + " a" * n])
+
+
+def line_by_line(line) -> list[str]:
+    """One text of as many lines line(0), line(1)... as the in-process bounds allow, then as many
+    plain words on the last line as still fit."""
+    [text] = _most(lambda n: ["\n".join(line(i) for i in range(n))])
+    return _most(lambda n: [text + " a" * n])
+
+
+# Each aims at one way Python-Markdown, bleach or its linkifier costs more than linear time, and grows
+# to whatever the in-process bounds let through: the bounds, not these sizes, decide how bad each is.
+MARKDOWN_AT_THE_BOUNDS = {
+    "emphasis": lambda: at_the_bounds("*a", sep=" "),
+    "emphasis in one word": lambda: at_the_bounds("*a"),
+    "underscores": lambda: at_the_bounds("_a", sep=" "),
+    "strong and emphasis": lambda: at_the_bounds("***a", sep=" "),
+    "brackets": lambda: at_the_bounds("["),
+    "images": lambda: at_the_bounds("!["),
+    "brackets each before a long text": lambda: at_the_bounds("[" + " a" * 120),
+    "a link's parentheses": lambda: at_the_bounds("(", head="[a]("),
+    "a link's title": lambda: at_the_bounds('"', head='[a](b "'),
+    "parentheses": lambda: at_the_bounds("("),
+    "backticks": lambda: at_the_bounds("`"),
+    "code spans": lambda: at_the_bounds("`a", sep=" "),
+    "angle brackets": lambda: at_the_bounds("<"),
+    "autolinks": lambda: at_the_bounds("<http://a.co/", sep=" "),
+    "ampersands": lambda: at_the_bounds("&"),
+    "character references": lambda: at_the_bounds("&#1;"),
+    "nested quotes": lambda: at_the_bounds(">"),
+    "nested lists": lambda: at_the_bounds("- "),
+    "nested numbered lists": lambda: at_the_bounds("1. "),
+    "nested mixed lists": lambda: at_the_bounds("+ 1. * "),
+    "indented lists": lambda: line_by_line(lambda i: "  " * i + "- a"),
+    "deeply indented lists": lambda: line_by_line(lambda i: "    " * i + "- a"),
+    "quotes on every line": lambda: line_by_line(lambda i: ">" * i + " a"),
+    "a table": lambda: at_the_bounds("|a", head="|a|b\n|-|-\n"),
+    "table rows": lambda: line_by_line(lambda i: f"|a|b|{i}"),
+    "headings": lambda: line_by_line(lambda i: "# " + "a " * 30 + str(i)),
+    "underlined headings": lambda: line_by_line(lambda i: f"a {i}\n==="),
+    "fences": lambda: line_by_line(lambda i: f"```{i}"),
+    "dashed words": lambda: at_the_bounds("-a"),
+    "numbered dashed words": lambda: at_the_bounds("1-"),
+    "web addresses": lambda: at_the_bounds("a.co", sep=" "),
+    "e-mail addresses": lambda: at_the_bounds("a@b.co", sep=" "),
+    "hidden characters": lambda: at_the_bounds("\u200b"),
+    "spaced hidden characters": lambda: at_the_bounds("\u200b", sep=" "),
+    "backslashes": lambda: at_the_bounds("\\"),
+    "every markup character": lambda: at_the_bounds("*_[]`<>\\!~|()&", sep=" "),
+    "a text a line": lambda: _most(lambda n: [f"t{i}" for i in range(n)]),
+}
+
+
+def test_2_the_worst_texts_within_the_in_process_bounds_render_within_the_budget(slots):
+    """Markdown within the in-process bounds renders in the web process with no time limit of its
+    own, so the bounds are its budget: every hostile text they let through must cost under 40 ms of
+    the web process's CPU (docs/security.md, section 17, row 2), held here to half of that as a margin
+    for slower machines. CPU time (time.process_time), not wall time: other load on the machine does
+    not add to it; the least of three tries drops what noise remains."""
+    import time
+
+    budget = 0.040
+    slots.render_all(["warm *up*"])  # the thread's converter and cleaner are built once
+    costs, plain = {}, []
+    for name, build in MARKDOWN_AT_THE_BOUNDS.items():
+        texts = build()
+        assert slots.in_process(texts), name
+        tries = []
+        for _ in range(3):
+            slots.to_html.cache_clear()
+            started = time.process_time()
+            rendered = slots.render_all(texts)
+            tries.append(time.process_time() - started)
+        costs[name] = min(tries)
+        if rendered is None:  # nothing within the bounds may nest deep enough to recurse
+            plain.append(name)
+    print("\n".join(f"{cpu * 1000:6.1f} ms  {name}" for name, cpu in sorted(costs.items(), key=lambda c: -c[1])))
+    over = {name: round(cpu * 1000, 1) for name, cpu in costs.items() if cpu > budget / 2}
+    assert not over and not plain, f"over {budget * 500:.0f} ms of CPU in process (ms): {over}; shown plain: {plain}"
+
+
 def test_8_no_child_starts_past_the_hosts_slots(slots, monkeypatch):
     import fcntl
     import os
@@ -492,13 +589,51 @@ def test_6_large_expected_outputs_are_collapsed_and_items_paged(api, client, cap
 # --- Done when: a hostile ask costs a sign-in beside it no more than 100 ms of the server's time ----------
 
 
-def hostile_body(n: int) -> dict:
-    """The costliest asks found, in turn: 62 items of emphasis (5.7-8.4 s of markdown in the web
-    process before), and schema patterns that took 0.1-6 s each to compile (now refused, 422)."""
-    if n % 2:
-        return factories.ask_body(items=star_items())
-    items = [schema_item(1, pattern_schema(".{10000}", ".{100}{100}", "\\w{1000}"))]
-    return factories.ask_body(items=items)
+def _big_schemas(n: int) -> list[dict]:
+    """Distinct schemas of about MAX_ASK_SCHEMA_BYTES together (each under the item's 64 KiB)."""
+    from holds.canonical import canonical_json
+
+    schemas = []
+    for s in range(4):
+        schema = {"type": "object", "properties": {}}
+        while len(canonical_json(schema)) < item_schemas.MAX_ASK_SCHEMA_BYTES // 4 - 100:
+            schema["properties"][f"p{n}_{s}_{len(schema['properties'])}"] = {"type": "string", "maxLength": 100}
+        schemas.append(schema)
+    return schemas
+
+
+def _many_keys(n: int) -> list[dict]:
+    keys = [f"k{n}_{k:05d}" for k in range(20_000)]
+    return [{"id": "I", "title": "t", "data": dict.fromkeys(keys, 1), "confidence": dict.fromkeys(keys, 0.5)}]
+
+
+# Issue 30's hostile asks, each made new for every request (nothing is served from a cache): (name, the
+# answer it gets, its items). Markdown past the in-process bounds renders in a child; schemas past
+# their bounds are refused before anything compiles (422); the rest is the most the bounds allow.
+HOSTILE_ASKS = [
+    ("62 items of emphasis", 201, lambda n: [dict(item, id=f"{item['id']}-{n}") for item in star_items()]),
+    (
+        "a markdown bomb: 240 KB of brackets and nested lists",
+        201,
+        lambda n: [
+            {"id": f"B{i}", "title": "t", "data": {"a": n}, "details": "[" * 30_000 + "\n" + "- " * 15_000}
+            for i in range(4)
+        ],
+    ),
+    (
+        "patterns too costly to compile",
+        422,
+        lambda n: [schema_item(1, pattern_schema(f".{{10000}}{n}", ".{100}{100}", "\\w{1000}"))],
+    ),
+    ("a hundred patterns", 422, lambda n: [schema_item(1, pattern_schema(*(f"^a{n}_{i}$" for i in range(100))))]),
+    (
+        "32 patterns, the most, each as costly as compiles",
+        201,
+        lambda n: [schema_item(1, pattern_schema(*(f"(?i)[a-z]{{1,500}}{n}_{i}" for i in range(32))))],
+    ),
+    ("256 KiB of schemas, the most", 201, lambda n: [schema_item(i, s) for i, s in enumerate(_big_schemas(n))]),
+    ("20,000 confidence keys", 201, _many_keys),
+]
 
 
 @pytest.mark.django_db(transaction=True)
@@ -506,16 +641,20 @@ def test_done_when_a_hostile_ask_costs_a_sign_in_beside_it_under_100_ms_of_serve
     """Measured in this process, where the Django test client runs each request's whole server side
     (the WSGI handler, the views, the database calls), on threads as a threaded server would.
 
-    Two measures, both robust on a loaded 2-core machine shared with other work:
+    Two measures, robust on a loaded 2-core machine shared with other work:
     - each hostile ask's CPU time in the web process (time.thread_time of its thread): what it takes
       from every other request of the process (the GIL, a core). CPU time does not grow when other
-      processes load the machine, so this holds under load; before the fixes it was seconds.
-    - the sign-in's server time beside a stream of hostile asks against the same sign-in alone, the
-      least of several tries of each: other load only adds time to a try, so the least of each is
-      the cleanest; their difference is what the hostile asks cost the sign-in.
+      processes load the machine, so this holds under load; before the fixes it was seconds. This is
+      the test's first measure: at most 100 ms for every ask of every kind.
+    - sign-ins beside the hostile asks against sign-ins alone, taken in turns (one round beside, the
+      same number alone, and again), so that load from elsewhere falls on both alike: the median and
+      the slowest beside may each be at most 100 ms over the median and the slowest alone. The
+      slowest, not the fastest: a stall that hits some sign-ins shows there.
     Markdown past the in-process bounds renders in a child process (bounded per host, killed at the
     budget): its CPU is not the web process's, and on 2 cores it runs beside the sign-in.
     """
+    import json
+    import statistics
     import threading
     import time
 
@@ -526,7 +665,12 @@ def test_done_when_a_hostile_ask_costs_a_sign_in_beside_it_under_100_ms_of_serve
     settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]  # a sign-in's own cost: tiny
     settings.RQ_RATE_ASK = settings.RQ_RATE_LOGIN = "off"
     factories.person("signer", password="pw-for-tests-1")
-    tokens = [factories.deliver_now(factories.start_run(cap))[1] for _ in range(12)]
+    asks = [  # every kind three times, each beside sign-ins
+        (name, status, json.dumps(factories.ask_body(items=items(n))).encode())
+        for n in range(3 * len(HOSTILE_ASKS))
+        for name, status, items in [HOSTILE_ASKS[n % len(HOSTILE_ASKS)]]
+    ]
+    tokens = [factories.deliver_now(factories.start_run(cap))[1] for _ in asks]
 
     def sign_in() -> float:
         client = Client()
@@ -536,45 +680,66 @@ def test_done_when_a_hostile_ask_costs_a_sign_in_beside_it_under_100_ms_of_serve
         assert response.status_code == 302, response.content[:200]
         return took
 
-    alone = min(sign_in() for _ in range(5))
-    costs, running, stop = [], threading.Event(), threading.Event()
+    sign_in()  # the first request of a process builds what every later one reuses
+    costs, stop = [], threading.Event()
+    go, started, done = threading.Semaphore(0), threading.Semaphore(0), threading.Semaphore(0)
 
     def hostile():
         from django.db import connection
 
         client = Client()
         try:
-            for n, token in enumerate(tokens):
+            for (name, expected, body), token in zip(asks, tokens, strict=True):
+                go.acquire()  # one ask a round
                 if stop.is_set():
                     break
-                running.set()
+                started.release()
                 cpu = time.thread_time()
                 response = client.post(
-                    "/v0/holds",
-                    data=hostile_body(n),
-                    content_type="application/json",
-                    headers={"x-agentos-run-token": token},
+                    "/v0/holds", data=body, content_type="application/json", headers={"x-agentos-run-token": token}
                 )
-                costs.append((time.thread_time() - cpu, response.status_code))
+                costs.append((name, time.thread_time() - cpu, response.status_code, expected))
+                done.release()
         finally:
-            running.set()
+            started.release()
+            done.release()
             connection.close()
 
+    rounds = []  # (the ask's kind, sign-ins beside it, as many alone at once after)
     thread = threading.Thread(target=hostile)
     thread.start()
     try:
-        assert running.wait(30)
-        beside = min(sign_in() for _ in range(5))
+        for name, _, _ in asks:
+            go.release()
+            assert started.acquire(timeout=30)
+            beside = [sign_in()]
+            while not done.acquire(blocking=False):  # beside the whole ask
+                beside.append(sign_in())
+            rounds.append((name, beside, [sign_in() for _ in beside]))
     finally:
         stop.set()
+        go.release()
         thread.join(120)
-    # Markdown asks are held (their text rendered in a child, or shown plain past the budget); schemas refused.
-    assert len(costs) >= 2 and {status for _, status in costs} == {201, 422}, costs
-    worst = max(cpu for cpu, _ in costs)
-    print(
-        f"hostile asks: {len(costs)}, worst web-process CPU {worst * 1000:.1f} ms; sign-in {alone * 1000:.1f} ms alone"
-    )
-    print(f"sign-in beside them {beside * 1000:.1f} ms")
-    assert worst < 0.1, f"a hostile ask took {worst * 1000:.0f} ms of the web process's CPU"
-    assert beside - alone < 0.1, f"signing in took {alone * 1000:.0f} ms alone, {beside * 1000:.0f} ms beside"
-    assert Hold.objects.count() == sum(1 for _, status in costs if status == 201)
+
+    print()
+    for name, cpu, status, _ in costs:
+        print(f"{cpu * 1000:6.1f} ms of web-process CPU, {status}: {name}")
+    for name, beside, alone in rounds:
+        ms = [[round(t * 1000) for t in these] for these in (beside, alone)]
+        print(f"sign-ins (ms) beside {ms[0]}, alone {ms[1]}: {name}")
+    assert {name for name, *_ in costs} == {name for name, *_ in HOSTILE_ASKS}
+    assert [status for *_, status, expected in costs] == [expected for *_, expected in costs]
+    worst = max(costs, key=lambda c: c[1])
+    assert worst[1] < 0.1, f"{worst[0]} took {worst[1] * 1000:.0f} ms of the web process's CPU"
+    # A stall that a kind of ask causes comes back each time it runs; load from elsewhere does not
+    # pick the same kind's rounds: so each kind's excess is the least over its three rounds.
+    excess = {}
+    for name, beside, alone in rounds:
+        excess[name] = min(excess.get(name, 1e9), max(beside) - max(alone))
+    stalls = {name: round(e * 1000) for name, e in excess.items() if e >= 0.1}
+    assert not stalls, f"the slowest sign-in beside these asks took more than 100 ms over alone (ms): {stalls}"
+    beside_all = [t for _, beside, _ in rounds for t in beside]
+    alone_all = [t for _, _, alone in rounds for t in alone]
+    median = statistics.median(beside_all) - statistics.median(alone_all)
+    assert median < 0.1, f"beside hostile asks, the median sign-in took {median * 1000:.0f} ms more"
+    assert Hold.objects.count() == sum(1 for _, _, status, _ in costs if status == 201)

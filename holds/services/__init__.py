@@ -25,6 +25,7 @@ from .channels import (
     slack_message_closed,
     slack_message_posted,
     slack_refused,
+    slack_request_refused,
     slack_request_seen,
 )
 from .claims import CLAIM_FOR, RENEW_EVERY, hold_claim, hold_claim_renew, hold_release, hold_seen
@@ -99,6 +100,7 @@ __all__ = [
     "slack_message_closed",
     "slack_message_posted",
     "slack_refused",
+    "slack_request_refused",
     "slack_request_seen",
     "CLAIM_FOR",
     "RENEW_EVERY",

@@ -6,9 +6,12 @@ from datetime import timedelta
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
+from .. import ratelimit
 from ..models import AuditEvent, AuditKind, PushSubscription, SlackMessage, SlackRequest
+from ..words import SlackRequestRefusal
 
 REPLAY_WINDOW = timedelta(minutes=5)
+REFUSALS_WINDOW = 60  # seconds: requests refused before they are known to be Slack's, counted per minute
 
 
 def slack_refused(*, slack_user: str, reason: str, hold_id: int | None = None, person: str = "") -> AuditEvent:
@@ -17,6 +20,20 @@ def slack_refused(*, slack_user: str, reason: str, hold_id: int | None = None, p
     label = f"slack:{slack_user}" + (f" ({person})" if person else "")
     return AuditEvent.objects.create(
         kind=AuditKind.SLACK_REFUSED, actor=label[:200], hold_id_ref=hold_id, data={"reason": reason}
+    )
+
+
+def slack_request_refused(*, reason: SlackRequestRefusal) -> AuditEvent | None:
+    """A request refused before anyone is known to have sent it: unsigned, stale, forged or replayed.
+    Anyone who can reach the endpoint can send these, so they are audited bounded: the 1st, 10th,
+    100th... refusal for each reason in each minute writes one event carrying that count, so a flood of
+    N a minute writes about log10(N) + 1 events a minute. The count is the cache's (as rate limits');
+    while it is unavailable they are only logged, by the endpoint."""
+    count = ratelimit.tally("slack_refused", reason, REFUSALS_WINDOW)
+    if count is None or str(count) != "1" + "0" * (len(str(count)) - 1):
+        return None
+    return AuditEvent.objects.create(
+        kind=AuditKind.SLACK_REFUSED, actor="slack:?", data={"reason": str(reason), "count_this_minute": count}
     )
 
 

@@ -5,12 +5,14 @@ body and refuses a timestamp more than 5 minutes off. A verified request is reco
 signature, so the same request sent again is a replay and is refused. The answer is an empty 200
 within Slack's 3 s: the decision (a users.info look-up, hold_decide, chat.update) runs as a task,
 and anything it refuses is told to the presser alone (an ephemeral message) and audited.
-Forged or stale requests are logged, not audited: anyone can send them, and the audit log must
-not be theirs to fill.
+Unsigned, stale, forged and replayed requests are audited bounded (services.slack_request_refused):
+anyone can send them, and the audit log must not be theirs to fill.
 """
 
 import json
 import logging
+import re
+import time
 
 from celery import current_app
 from django.conf import settings
@@ -21,15 +23,32 @@ from slack_sdk.signature import SignatureVerifier
 
 from .. import services
 from ..slack import APPROVE, REJECT
+from ..words import SlackRequestRefusal
 
 # By name: pages sit beside the tasks layer and never import it.
 DECIDE_TASK = "holds.notify_tasks.slack_decide"
 
 log = logging.getLogger(__name__)
+STALE_AFTER = 5 * 60  # seconds either way, as the SDK's SignatureVerifier checks
+TIMESTAMP = re.compile(r"[0-9]{1,12}")  # Unix seconds
 
 
 def _plain(status: int, text: str) -> HttpResponse:
     return HttpResponse(text, status=status, content_type="text/plain; charset=utf-8")
+
+
+def _unverified(request) -> SlackRequestRefusal | None:
+    """Why the request is not known to be Slack's, or None when it is."""
+    timestamp = request.headers.get("X-Slack-Request-Timestamp", "")
+    signature = request.headers.get("X-Slack-Signature", "")
+    if not timestamp or not signature:
+        return SlackRequestRefusal.UNSIGNED
+    # The SDK's own int() would raise on a timestamp that is not a number (a 500): it is stale.
+    if not TIMESTAMP.fullmatch(timestamp) or abs(time.time() - int(timestamp)) > STALE_AFTER:
+        return SlackRequestRefusal.STALE
+    verifier = SignatureVerifier(settings.RQ_SLACK_SIGNING_SECRET)
+    # Over the raw bytes: the signature covers them exactly.
+    return None if verifier.is_valid(request.body, timestamp, signature) else SlackRequestRefusal.FORGED
 
 
 @csrf_exempt  # Slack's signature is the proof of origin here, not a cookie
@@ -37,13 +56,14 @@ def _plain(status: int, text: str) -> HttpResponse:
 def interactions(request):
     if not settings.RQ_SLACK_SIGNING_SECRET:
         return _plain(404, "Slack is not set up on this Review Queue.")
-    body = request.body  # the raw bytes: the signature covers them exactly
-    if not SignatureVerifier(settings.RQ_SLACK_SIGNING_SECRET).is_valid_request(body, dict(request.headers)):
-        log.warning("refused a Slack request with a bad or stale signature")
+    unverified = _unverified(request)
+    if unverified:
+        log.warning("refused a Slack request: %s", unverified)
+        services.slack_request_refused(reason=unverified)
         return _plain(401, "The Slack signature is missing, wrong, or older than 5 minutes.")
-    if services.slack_request_seen(request.headers.get("X-Slack-Signature", "")):
+    if services.slack_request_seen(request.headers["X-Slack-Signature"]):
         log.warning("refused a replayed Slack request")
-        services.slack_refused(slack_user="?", reason="replayed request")
+        services.slack_request_refused(reason=SlackRequestRefusal.REPLAYED)
         return _plain(409, "This Slack request was received before; it is not acted on twice.")
     try:
         payload = json.loads(request.POST.get("payload", ""))
