@@ -528,7 +528,7 @@ class AuditEvent(models.Model):
 
     at = models.DateTimeField(auto_now_add=True, db_index=True)
     actor = models.CharField(max_length=200)
-    kind = models.CharField(max_length=50, db_index=True)
+    kind = models.CharField(max_length=50)
     run_id_ref = models.BigIntegerField(null=True, blank=True, db_index=True)
     hold_id_ref = models.BigIntegerField(null=True, blank=True, db_index=True)
     invocation_id_ref = models.CharField(max_length=40, blank=True, default="")
@@ -536,6 +536,10 @@ class AuditEvent(models.Model):
 
     class Meta:
         ordering = ["-id"]
+        # A plain index on kind, without the varchar_pattern_ops twin `db_index=True` adds for LIKE: every
+        # event is written by a hot path (asks, decisions, the sweep's 1,000 a batch), nothing filters
+        # kinds by pattern (the audit page's "hold." lists the kinds), and that twin cost 16 % of an insert.
+        indexes = [models.Index(fields=["kind"], name="holds_auditevent_kind_e414edad")]
 
     def __str__(self) -> str:
         return f"{self.at:%Y-%m-%d %H:%M:%S} {self.actor} {self.kind}"
