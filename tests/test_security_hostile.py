@@ -16,6 +16,7 @@ from holds import services
 from holds.auth import actor_for_account
 from holds.models import Hold, ServiceAccount
 from holds.rendering import json_text, visible
+from holds.schemas import COMMENT_MAX_CHARS
 from tests import factories
 
 CORPUS = json.loads((Path(__file__).parent / "data" / "hostile.json").read_text())
@@ -30,6 +31,8 @@ FILE_NAMES = [t for t in TEXTS if "/" not in t and "\\" not in t and len(t) <= 2
 OUR_HX = {
     "body",
     "queue-rows",
+    "queue-filters",
+    "history-filters",
     "delivery",
     "decision-form",
     "presence",
@@ -44,6 +47,11 @@ FORBIDDEN_TAGS = {"iframe", "object", "embed", "base", "img", "svg", "math", "te
 def clip(text: str, limit: int) -> str:
     """The payload's end is where its sting is (the script after 20,000 'A's), so keep the end."""
     return text if len(text) <= limit else text[-limit:]
+
+
+def echo(i: int) -> str:
+    """The comment an echoing decision gives item i: a payload, its end kept within a comment's limit."""
+    return clip(TEXTS[i % len(TEXTS)], COMMENT_MAX_CHARS)
 
 
 def item_id(i: int, text: str) -> str:
@@ -82,10 +90,7 @@ def hostile_files(run) -> list:
 def decide_with_echoes(hold: Hold) -> None:
     """Every item gets feedback with a payload as its comment, and the hold a payload comment."""
     account, _ = factories.account("echo-bot", role="member")
-    items = [
-        {"id": item["id"], "action": "feedback", "comment": TEXTS[i % len(TEXTS)]}
-        for i, item in enumerate(hostile_items())
-    ]
+    items = [{"id": item["id"], "action": "feedback", "comment": echo(i)} for i, item in enumerate(hostile_items())]
     services.hold_decide(hold_id=hold.pk, actor=actor_for_account(account), body={"items": items, "comment": TEXTS[1]})
 
 
@@ -252,7 +257,7 @@ def test_it_renders_the_hostile_hold_as_htmx_fragments_inert(signed_in, world):
 def test_it_renders_the_decided_hold_with_every_echoed_comment_inert_and_literal(signed_in, world):
     html = signed_in.get(f"/holds/{world['decided'].public_id}").content.decode()
     assert_inert(html)
-    assert_shows(html, *TEXTS)  # each item's feedback comment, and the hold's
+    assert_shows(html, *(echo(i) for i in range(len(TEXTS))))  # each item's feedback comment, and the hold's
 
 
 def test_it_renders_every_hostile_intent_in_the_queue_the_history_and_their_fragments(signed_in, world):

@@ -59,11 +59,14 @@ def test_two_reviewers_see_each_other_and_a_claim(person_session, cap):
     ana.page.keyboard.press("o")  # again: release
     ana.page.get_by_role("button", name="I'm on it").wait_for()
     assert Hold.objects.get(pk=hold.pk).claimed_by is None
-    assert list(
+    events = list(
         AuditEvent.objects.filter(hold_id_ref=hold.pk, kind__startswith="hold.")
-        .values_list("kind", flat=True)
+        .values_list("kind", "actor")
         .order_by("id")
-    ) == ["hold.asked", "hold.claimed", "hold.released"]
+    )
+    assert [kind for kind, _ in events if kind != "hold.seen"] == ["hold.asked", "hold.claimed", "hold.released"]
+    # Both had the page open past its first poll: each was seen once, whenever that poll came.
+    assert sorted(actor for kind, actor in events if kind == "hold.seen") == ["ana", "mona"]
     assert ana.errors == [] and mona.errors == []
 
 
