@@ -31,6 +31,14 @@ def _media(settings, tmp_path):
 
 
 @pytest.fixture(autouse=True)
+def _quick_password_hashing(settings):
+    """Production's PBKDF2 costs a third of a second of CPU per password set or checked, and the suite
+    adds and signs in hundreds of people: in this process they hash quickly. What is tested is who may
+    sign in and do what, not the hasher (Django's own); processes the tests start keep production's."""
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+
+
+@pytest.fixture(autouse=True)
 def _receipt_key_cache():
     """A test's rollback removes the receipt keys it made: the next test must not sign with a cached one."""
     yield

@@ -124,8 +124,7 @@ def push_service(vapid):
 
 
 @pytest.fixture
-def people(settings):
-    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+def people():
     return {name: factories.person(name, role=role) for name, role in (("mona", "member"), ("vic", "viewer"))}
 
 

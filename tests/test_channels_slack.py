@@ -26,11 +26,6 @@ SECRET_DATA = ("SECRET-PAYEE", "98765.43")
 
 
 @pytest.fixture(autouse=True)
-def _fast_passwords(settings):
-    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
-
-
-@pytest.fixture(autouse=True)
 def minute(monkeypatch):
     """Refused requests are counted per minute in the cache: a clear one, and a clock that stands
     still (a test moves it on), so that no count carries over from another test or turns over."""

@@ -21,12 +21,6 @@ from tests.agent_double import AgentDouble
 pytestmark = pytest.mark.django_db
 
 
-@pytest.fixture(autouse=True)
-def _fast_passwords(settings):
-    # People are made by the dozen here; a slow password hash would only slow the tests.
-    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
-
-
 LEAKY = {
     "intent": "Pay <!channel> & 2 invoices",
     "details": "Internal note: account IBAN DE89-SECRET-DETAILS",

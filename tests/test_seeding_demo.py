@@ -21,7 +21,6 @@ def seed(*args) -> str:
 
 def test_the_demo_makes_its_people_capability_and_runs_once(settings, tmp_path):
     settings.RQ_VAR_DIR = tmp_path
-    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
     first = seed("--demo")
     credentials = json.loads((tmp_path / "demo-credentials.json").read_text())
     assert f"username admin  password {credentials['admin']}" in first

@@ -20,12 +20,6 @@ from tests import factories
 pytestmark = pytest.mark.django_db
 
 
-@pytest.fixture(autouse=True)
-def _fast_passwords(settings):
-    # People are made by the dozen here; a slow password hash would only slow the tests.
-    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
-
-
 def decide(hold, actor, action="approve"):
     items = [{"id": f"INV-{n + 1}", "action": action} for n in range(hold.item_count)]
     return services.hold_decide(hold_id=hold.pk, actor=actor, body={"items": items})
