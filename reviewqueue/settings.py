@@ -127,6 +127,9 @@ RQ_REMIND_INTERVAL = env_int("RQ_REMIND_INTERVAL", 60)
 RQ_MCP_CAPABILITY = env_str("RQ_MCP_CAPABILITY", "mcp")
 RQ_MCP_EXPIRES_IN = env_int("RQ_MCP_EXPIRES_IN", 3600)
 RQ_MCP_POLL_INTERVAL = float(env_int("RQ_MCP_POLL_INTERVAL", 2))
+# The gateway: how long after a call's hold settled the same tool and arguments are still that call
+# (a retry whose answer was lost), not a new one (docs/decisions.md, "MCP").
+RQ_MCP_RETRY_WINDOW = env_int("RQ_MCP_RETRY_WINDOW", 300)
 
 INSTALLED_APPS = [
     "django.contrib.admin",

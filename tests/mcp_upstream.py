@@ -5,6 +5,7 @@ to LOG (one JSON line), so a test can tell what ran and with which arguments.
 - delete_file: annotated destructiveHint (the gateway holds it);
 - read_file: read-only (passes through);
 - book_table: elicits a booking through the SDK's portable `Resolve`/`Elicit` (MRTR on 2026-07-28);
+- order: elicits a confirmation whose every field has a default (so a reviewer may approve it as asked);
 - ship: asks by hand (MRTR) with a nested requestedSchema, which the gateway must decline;
 - connect_calendar: pushes a URL-mode elicitation (an OAuth-style sign-in), which the gateway passes
   to its client untouched, and records the answer or the error it got.
@@ -66,6 +67,25 @@ def book_table(restaurant: str, booking: Annotated[ElicitationResult[Booking], R
         return f"booked {restaurant} for {booking.data.guests} on {booking.data.date}"
     ran("book_table", restaurant=restaurant, action=booking.action)
     return f"not booked: {booking.action}"
+
+
+class Confirmation(BaseModel):
+    quantity: int = 1
+    gift_wrap: bool = False
+
+
+def ask_confirmation(item: str) -> Elicit[Confirmation]:
+    return Elicit(f"Order {item}?", Confirmation)
+
+
+@mcp.tool()
+def order(item: str, confirmation: Annotated[ElicitationResult[Confirmation], Resolve(ask_confirmation)]) -> str:
+    """Order an item; asks to confirm the quantity."""
+    if isinstance(confirmation, AcceptedElicitation):
+        ran("order", item=item, **confirmation.data.model_dump())
+        return f"ordered {confirmation.data.quantity} {item}"
+    ran("order", item=item, action=confirmation.action)
+    return f"not ordered: {confirmation.action}"
 
 
 NESTED = {

@@ -1,6 +1,9 @@
 """holds/services/mcp_calls.py: an MCP call as a run of one hold, through the services alone."""
 
+from datetime import timedelta
+
 import pytest
+from django.utils import timezone
 
 from holds import services
 from holds.auth import actor_for_account, actor_for_user
@@ -60,3 +63,27 @@ def test_the_same_key_with_another_input_is_refused(actor):
     with pytest.raises(Invalid):
         mcp_call_ask(capability_name="mcp", actor=actor, input={"tool_name": "Write"}, ask=ASK, key="mcp:k1")
     assert Run.objects.count() == 1
+
+
+def test_with_a_window_a_key_names_a_call_until_it_is_over(actor):
+    window = timedelta(seconds=300)
+    reviewer = actor_for_user(factories.person("rev"))
+
+    def windowed():
+        return mcp_call_ask(
+            capability_name="mcp", actor=actor, input={"tool_name": "Bash"}, ask=ASK, key="mcp:w", window=window
+        )
+
+    first = windowed()
+    services.hold_decide(hold_id=first.hold_id, actor=reviewer, body={"items": [{"id": "call", "action": "approve"}]})
+    long_ago = timezone.now() - timedelta(seconds=301)
+    Hold.objects.filter(pk=first.hold_id).update(decided_at=long_ago)
+    assert mcp_call_claim(run_id=first.run_id)
+    assert windowed() == first  # settled long ago, but its answer is being acted on: still that call
+    mcp_call_finish(run_id=first.run_id, answer={"behavior": "allow"})
+    Hold.objects.filter(pk=first.hold_id).update(decided_at=timezone.now() - timedelta(seconds=299))
+    assert windowed() == first  # answered, within the window: a retry whose answer was lost
+    Hold.objects.filter(pk=first.hold_id).update(decided_at=long_ago)
+    second = windowed()  # answered, past the window: a new call
+    assert second.run_id != first.run_id and Hold.objects.get(pk=second.hold_id).status == "pending"
+    assert windowed() == second and Run.objects.count() == 2

@@ -17,8 +17,8 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 
 from holds import services
-from holds.auth import actor_for_user
-from holds.models import Hold, Invocation, Run
+from holds.auth import SYSTEM, actor_for_user
+from holds.models import Capability, Hold, Invocation, Run
 from tests import aio, factories
 from tests.processes import Processes, free_port, service_env, wait_until
 
@@ -172,8 +172,8 @@ def test_bad_input_is_the_protocols_error_and_never_a_hold(mcp_url, key, asgi):
     )
     assert 400 <= response.status_code < 500 and response.json()["error"]["code"] == -32700
     # An unknown tool, arguments of the wrong shape, an input over the ask's limit, a viewer's key.
-    result = call(mcp_url, key, {}, tool="no_such_tool")
-    assert result.is_error and "no_such_tool" in result.content[0].text
+    unknown = refusal(mcp_url, key, {}, tool="no_such_tool")
+    assert unknown.error.code == -32602 and unknown.error.message == "Unknown tool: no_such_tool"
     result = call(mcp_url, key, {"tool_name": "Bash", "input": "rm -rf /"})
     assert result.is_error
     too_big = refusal(mcp_url, key, {"tool_name": "Write", "input": {"content": "x" * (1024 * 1024 + 1)}})
@@ -182,6 +182,46 @@ def test_bad_input_is_the_protocols_error_and_never_a_hold(mcp_url, key, asgi):
     viewer = refusal(mcp_url, viewer_key, bash("ls"))
     assert viewer.error.code == -32602
     assert Hold.objects.count() == 0 and Run.objects.count() == 0
+
+
+def test_rules_and_standing_grants_answer_without_a_person(mcp_url, key, reviewer):
+    """The ask's rules and grants (services.rules, the one place they are evaluated) apply to /mcp's
+    calls: what they decide is answered at once, and only the rest waits for a person."""
+    capability = Capability.objects.get(name="mcp")
+    rules = [
+        {"id": "reads", "when": 'item.title == "Read"', "then": "approve"},
+        {
+            "id": "no-force-push",
+            "when": 'item.title == "Bash" && item.data.command.contains("push --force")',
+            "then": "reject",
+            "comment": "Never force-push.",
+        },
+    ]
+    services.rules_save(capability=capability, rules=rules, actor=SYSTEM)
+    read = {"tool_name": "Read", "input": {"file_path": "README.md"}, "tool_use_id": "toolu_r"}
+    assert answer_of(call(mcp_url, key, read)) == {"behavior": "allow", "updatedInput": {"file_path": "README.md"}}
+    pushed = answer_of(call(mcp_url, key, bash("git push --force", "toolu_p")))
+    assert pushed == {"behavior": "deny", "message": "Rejected by rule no-force-push v1: Never force-push."}
+    grant = services.grant_create(
+        capability=capability,
+        when='item.title == "Bash" && item.data.command == "make test"',
+        expires_at=timezone.now() + timedelta(days=1),
+        actor=reviewer,
+    )
+    assert answer_of(call(mcp_url, key, bash("make test", "toolu_t")))["behavior"] == "allow"
+    decided = list(Hold.objects.order_by("pk").values_list("status", "decided_by"))
+    assert decided == [
+        ("decided", "rule reads v1"),
+        ("decided", "rule no-force-push v1"),
+        ("decided", f"grant {grant}"),
+    ]
+    # Neither a rule nor the grant decides this one: a person does.
+    with ThreadPoolExecutor(1) as pool:
+        waiting = pool.submit(call, mcp_url, key, bash("make deploy", "toolu_d"))
+        hold = pending_hold()
+        services.hold_decide(hold_id=hold.pk, actor=reviewer, body={"items": [{"id": "toolu_d", "action": "approve"}]})
+        assert answer_of(waiting.result(30))["behavior"] == "allow"
+    assert [r.status for r in Run.objects.all()] == ["completed"] * 4
 
 
 def test_no_capability_configured_is_a_protocol_error(asgi, key):

@@ -58,12 +58,12 @@ def _db(fn):
     return sync_to_async(run, thread_sensitive=False)
 
 
-def _ask(*, actor: Actor, capability: str, input: dict, ask: dict, key: str | None) -> Held:
+def _ask(*, actor: Actor, capability: str, input: dict, ask: dict, key: str | None, window=None) -> Held:
     if len(canonical_json(ask).encode()) > MAX_ASK_BYTES:
         raise MCPError(code=INVALID_PARAMS, message=f"the input is over the ask's limit of {MAX_ASK_BYTES} bytes")
     try:
         ratelimit.api_limit("run_start", actor)
-        return mcp_call_ask(capability_name=capability, actor=actor, input=input, ask=ask, key=key)
+        return mcp_call_ask(capability_name=capability, actor=actor, input=input, ask=ask, key=key, window=window)
     except ServiceError as exc:
         raise MCPError(code=INVALID_PARAMS, message=_message(exc), data=exc.body()) from None
 
@@ -94,11 +94,15 @@ outcome = _db(_outcome)
 finish = _db(lambda run_id, answer: mcp_call_finish(run_id=run_id, answer=answer))
 
 
-async def hold_and_wait(*, actor: Actor, capability: str, input: dict, ask_body: dict, key: str | None, heartbeat=None):
-    """(held, outcome): the call's hold, once settled. A retry with the same key waits on the same hold.
-    `heartbeat()` is awaited every HEARTBEAT seconds meanwhile (a progress notification, for clients
-    that end calls that look idle); its failure is not the call's."""
-    held = await ask(actor=actor, capability=capability, input=input, ask=ask_body, key=key)
+async def hold_and_wait(
+    *, actor: Actor, capability: str, input: dict, ask_body: dict, key: str | None, window=None, heartbeat=None
+):
+    """(held, outcome): the call's hold, once settled (at once when the capability's rules or grants
+    decide it at the ask). A retry with the same key waits on the same hold; with a `window`, only
+    within it (services.mcp_calls.mcp_call_ask). `heartbeat()` is awaited every HEARTBEAT seconds
+    meanwhile (a progress notification, for clients that end calls that look idle); its failure is not
+    the call's."""
+    held = await ask(actor=actor, capability=capability, input=input, ask=ask_body, key=key, window=window)
     settled = asyncio.ensure_future(waiter.wait(held.hold_id))
     try:
         while not (await asyncio.wait({settled}, timeout=HEARTBEAT))[0]:

@@ -2,10 +2,13 @@
 
 - `tools/list` passes through (each upstream's tools, renamed `<upstream>__<tool>` only when there are
   several upstreams).
-- `tools/call` of a tool sent to people (gateway_config: `hold_tools`, or `hold_destructive` and the
-  tool's `destructiveHint`) waits for a hold of one item (the arguments as data, the tool's input schema
-  as the item's schema when it is one a hold accepts): approve calls the upstream with the arguments,
-  edit with the edited ones, reject and expiry answer a tool error saying so without calling it.
+- Every `tools/call` is asked as a hold of one item under the gateway's capability (the arguments as
+  data, the tool's name as title, its input schema as the item's schema when it is one a hold
+  accepts; `run.input` is {tool, arguments, annotations}, the annotations being the upstream's hints).
+  The capability's rules and grants decide at the ask what they match (services.rules, the one place
+  rules are evaluated): approve calls the upstream at once, reject answers at once. Anything else waits
+  for a person: approve calls the upstream with the arguments, edit with the edited ones, reject and
+  expiry answer a tool error saying so without calling it.
 - An upstream's form-mode elicitation (either protocol: the SDK's client answers a push and MRTR alike)
   becomes a hold whose item schema is its `requestedSchema`: accept with the data on approve or edit,
   decline on reject, cancel on expiry. A schema that is not a flat object of primitives is declined
@@ -14,15 +17,16 @@
   in the client's protocol generation: a 2026-07-28 upstream sends no elicitationId, which the
   2025-11-25 wire requires (forwarding one such failed validation: the -32602 seen before). On
   2026-07-28 the gateway cannot push to its client, so the upstream gets an error there.
-- Exactly once: a call's key is its client's session and JSON-RPC id, its tool and arguments; a retry
-  finds the same hold, and only the first call acts on the decision (mcp_call_claim): the others
-  answer the upstream's result it recorded.
+- Exactly once: a retry (retry_identity) finds the same hold, and only the first call acts on the
+  decision (mcp_call_claim): the others answer the upstream's result it recorded.
 """
 
 import asyncio
 import logging
+from datetime import timedelta
 
 import httpx2
+from django.conf import settings
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.server.lowlevel import Server
@@ -48,6 +52,7 @@ from .calls import GOES_ON
 from .gateway_config import GatewayConfig, Upstream
 
 log = logging.getLogger(__name__)
+IDEMPOTENCY_META = "io.reviewqueue/idempotencyKey"
 PRIMITIVES = {"string", "number", "integer", "boolean"}
 claim = calls._db(lambda run_id: mcp_call_claim(run_id=run_id))
 output_of = calls._db(lambda run_id: mcp_call_output(run_id=run_id))
@@ -99,6 +104,22 @@ async def forward_url(ctx, params) -> ElicitResult | ErrorData:
         return exc.error
 
 
+def retry_identity(params, input: dict) -> tuple[str, timedelta | None]:
+    """(key, window): what makes a tools/call the retry of an earlier one (docs/decisions.md, "MCP").
+
+    MCP gives a tools/call no identity beyond its JSON-RPC id, which is only unique within a session
+    and which a client's retry need not reuse. So: the client's own key, when it sends one in
+    `_meta["io.reviewqueue/idempotencyKey"]`, names the call for good; otherwise the same tool,
+    arguments and hints from the same service account are the same call while it is open and for
+    RQ_MCP_RETRY_WINDOW seconds after its hold settled (an answer lost on the way back)."""
+    client_key = (params.meta or {}).get(IDEMPOTENCY_META)
+    if client_key is None:
+        return calls.call_key("gateway", input), timedelta(seconds=settings.RQ_MCP_RETRY_WINDOW)
+    if not isinstance(client_key, str) or not 1 <= len(client_key) <= 200:
+        raise MCPError(code=INVALID_PARAMS, message=f"_meta.{IDEMPOTENCY_META}: a string of 1 to 200 characters")
+    return calls.call_key("gateway-key", client_key), None
+
+
 class Gateway:
     def __init__(self, config: GatewayConfig):
         self.config = config
@@ -134,10 +155,6 @@ class Gateway:
     async def list_tools(self, ctx, params) -> ListToolsResult:
         return ListToolsResult(tools=await self.refresh())
 
-    def held(self, name: str, tool) -> bool:
-        destructive = bool(tool.annotations and tool.annotations.destructive_hint)
-        return name in self.config.hold_tools or (self.config.hold_destructive and destructive)
-
     async def call_tool(self, ctx, params) -> CallToolResult:
         actor = actor_of(ctx.request)
         name, arguments = params.name, dict(params.arguments or {})
@@ -146,17 +163,10 @@ class Gateway:
         if name not in self.tools:
             raise MCPError(code=INVALID_PARAMS, message=f"Unknown tool: {name}")
         upstream, tool = self.tools[name]
-        session = ctx.request.headers.get("mcp-session-id", "") if ctx.request is not None else ""
-        key = calls.call_key("gateway", session, ctx.request_id, name, arguments)
-        elicit = self.elicitation(ctx, actor, key)
-        # The upstream is spoken to in the client's protocol generation, so that a URL elicitation
-        # reaches the client as sent: 2025-11-25 pushes it with its elicitationId (required on that
-        # wire), 2026-07-28 has no id and no push.
-        mode = "auto" if ctx.session.protocol_version in MODERN_PROTOCOL_VERSIONS else "legacy"
-        if not self.held(name, tool):
-            return await self.upstream_call(upstream, tool.name, arguments, elicit, mode)
         hints = tool.annotations
         annotations = hints.model_dump(mode="json", by_alias=True, exclude_none=True) if hints else {}
+        input = {"tool": name, "arguments": arguments, "annotations": annotations}
+        key, window = retry_identity(params, input)
         schema = tool.input_schema if not item_schema_problems(tool.input_schema or {}) else None
         ask_body = {
             "intent": f"Call {name}?"[:500],
@@ -164,12 +174,15 @@ class Gateway:
             "actions": [*GOES_ON, Action.REJECT],
             "items": [{"id": "call", "title": name[:1000], "data": arguments, "schema": schema}],
         }
+        # Every call is asked: the capability's rules (and grants) answer at once what they decide,
+        # and the rest waits for a person (docs/rules.md; the one place rules are evaluated).
         held, outcome = await calls.hold_and_wait(
             actor=actor,
             capability=self.config.capability,
-            input={"tool": name, "arguments": arguments, "annotations": annotations},
+            input=input,
             ask_body=ask_body,
             key=key,
+            window=window,
         )
         if outcome.status != "decided" or outcome.action not in GOES_ON:
             result = text_error(refusal_message(outcome))
@@ -182,6 +195,11 @@ class Gateway:
                 if finished:
                     return CallToolResult.model_validate(output)
                 await asyncio.sleep(1)
+        # The upstream is spoken to in the client's protocol generation, so that a URL elicitation
+        # reaches the client as sent: 2025-11-25 pushes it with its elicitationId (required on that
+        # wire), 2026-07-28 has no id and no push.
+        mode = "auto" if ctx.session.protocol_version in MODERN_PROTOCOL_VERSIONS else "legacy"
+        elicit = self.elicitation(ctx, actor, held.run_id)
         result = await self.upstream_call(upstream, tool.name, outcome.data, elicit, mode)
         await calls.finish(held.run_id, result.model_dump(mode="json", by_alias=True, exclude_none=True))
         return result
@@ -194,8 +212,9 @@ class Gateway:
             except MCPError as exc:  # the upstream's protocol error is the client's
                 raise MCPError(code=exc.error.code, message=exc.error.message, data=exc.error.data) from None
 
-    def elicitation(self, ctx, actor, call_key: str):
-        """The upstream client's elicitation callback for one gateway call."""
+    def elicitation(self, ctx, actor, call_run_id: int):
+        """The upstream client's elicitation callback for one gateway call (its run): each round is a
+        hold of its own, keyed by the call and the round, so that it is asked once."""
         rounds = iter(range(1_000_000))
 
         async def on_elicit(context, params) -> ElicitResult | ErrorData:
@@ -223,7 +242,7 @@ class Gateway:
                 capability=self.config.capability,
                 input={"elicitation": {"message": params.message, "requestedSchema": schema}},
                 ask_body=ask_body,
-                key=calls.call_key("elicitation", call_key, next(rounds)),
+                key=calls.call_key("elicitation", call_run_id, next(rounds)),
             )
             if outcome.status == "decided" and outcome.action in GOES_ON:
                 result = ElicitResult(action="accept", content=outcome.data)

@@ -1,4 +1,4 @@
-"""agentos.yaml's `mcp.gateway` section: the upstream MCP servers and which tool calls wait for a person.
+"""agentos.yaml's `mcp.gateway` section: the capability the gateway asks under and the upstream MCP servers.
 
 ```yaml
 mcp:
@@ -6,10 +6,9 @@ mcp:
     capability: mcp_gateway            # the capability its holds are asked under (declared above)
     upstreams:                         # name: streamable-HTTP URL, or {url, headers}
       files: http://127.0.0.1:9000/mcp
-    hold_tools: [delete_file]          # tool names as clients see them
-    hold_destructive: true             # and every tool annotated destructiveHint: true (a hint)
 ```
-With one upstream, tools keep their names; with several, each is `<upstream>__<tool>`.
+With one upstream, tools keep their names; with several, each is `<upstream>__<tool>`. Which calls wait
+for a person is the capability's rules' to say (holds/mcp/gateway.py), not this section's.
 """
 
 import re
@@ -20,7 +19,9 @@ import yaml
 
 from ..config import NAME, ConfigError
 
-KEYS = {"capability", "upstreams", "hold_tools", "hold_destructive"}
+KEYS = {"capability", "upstreams"}
+# Read before rules landed; a file that still has them is told where that policy went.
+RETIRED = {"hold_tools", "hold_destructive"}
 
 
 @dataclass(frozen=True)
@@ -34,8 +35,6 @@ class Upstream:
 class GatewayConfig:
     capability: str
     upstreams: tuple[Upstream, ...]
-    hold_tools: frozenset[str] = frozenset()
-    hold_destructive: bool = False
 
 
 def load_gateway(path: Path) -> GatewayConfig | None:
@@ -54,7 +53,13 @@ def parse_gateway(raw) -> GatewayConfig:
     problems = []
     if not isinstance(raw, dict):
         raise ConfigError(["mcp.gateway: a mapping"])
-    problems += [f"mcp.gateway.{k}: unknown key (known: {', '.join(sorted(KEYS))})" for k in sorted(set(raw) - KEYS)]
+    problems += [
+        f"mcp.gateway.{k}: no longer read: every call is asked, and the capability's rules decide"
+        " (e.g. `when: run.input.annotations.readOnlyHint == true`, `then: approve`; docs/rules.md)"
+        for k in sorted(RETIRED & set(raw))
+    ]
+    unknown = set(raw) - KEYS - RETIRED
+    problems += [f"mcp.gateway.{k}: unknown key (known: {', '.join(sorted(KEYS))})" for k in sorted(unknown)]
     capability = raw.get("capability")
     if not isinstance(capability, str) or not NAME.match(capability):
         problems.append("mcp.gateway.capability: required, the name of a capability")
@@ -74,16 +79,6 @@ def parse_gateway(raw) -> GatewayConfig:
                 problems.append(f"mcp.gateway.upstreams.{name}.headers: a mapping of header names to strings")
             else:
                 upstreams.append(Upstream(name=name, url=url, headers=dict(headers)))
-    hold_tools = raw.get("hold_tools", [])
-    if not isinstance(hold_tools, list) or not all(isinstance(t, str) for t in hold_tools):
-        problems.append("mcp.gateway.hold_tools: a list of tool names")
-    if not isinstance(raw.get("hold_destructive", False), bool):
-        problems.append("mcp.gateway.hold_destructive: true or false")
     if problems:
         raise ConfigError(problems)
-    return GatewayConfig(
-        capability=capability,
-        upstreams=tuple(upstreams),
-        hold_tools=frozenset(hold_tools),
-        hold_destructive=raw.get("hold_destructive", False),
-    )
+    return GatewayConfig(capability=capability, upstreams=tuple(upstreams))

@@ -12,13 +12,26 @@ from typing import Any
 from django.conf import settings
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.transport_security import TransportSecuritySettings
+from mcp.shared.exceptions import MCPError
+from mcp.types import INVALID_PARAMS
 
 from ..words import Action
 from . import calls
 from .auth import BearerKey, actor_of
 from .calls import GOES_ON
 
-mcp = MCPServer(
+
+class ApprovalServer(MCPServer):
+    """The SDK's MCPServer answers an unknown tool with a tool result (isError); the spec's answer is
+    the protocol's error, -32602 (Invalid params), as the gateway gives."""
+
+    async def call_tool(self, name: str, arguments: dict[str, Any], context: Context | None = None):
+        if name not in {tool.name for tool in await self.list_tools()}:
+            raise MCPError(code=INVALID_PARAMS, message=f"Unknown tool: {name}")
+        return await super().call_tool(name, arguments, context)
+
+
+mcp = ApprovalServer(
     "review-queue",
     instructions="Ask a person before a tool runs: request_approval waits for a reviewer's decision.",
 )

@@ -8,13 +8,14 @@ one call is one hold and one answer (docs/decisions.md, "MCP calls").
 """
 
 from dataclasses import dataclass
+from datetime import timedelta
 
 from django.db import transaction
 from django.utils import timezone
 
 from ..auth import SYSTEM, Actor
 from ..errors import Invalid
-from ..models import AuditKind, Hold, Invocation, Run
+from ..models import AuditKind, Hold, IdempotencyKey, Invocation, Run
 from . import ports
 from .asks import hold_ask
 from .audit import audit
@@ -30,11 +31,17 @@ class Held:
     hold_id: int
 
 
-def mcp_call_ask(*, capability_name: str, actor: Actor, input: dict, ask: dict, key: str | None) -> Held:
+def mcp_call_ask(
+    *, capability_name: str, actor: Actor, input: dict, ask: dict, key: str | None, window: timedelta | None = None
+) -> Held:
     """Starts the call's run and asks its hold, in one transaction; a retry (same caller and `key`)
-    gets the first call's run and hold back. Invalid: the capability is unknown or the ask is bad
-    (nothing is written)."""
+    gets the first call's run and hold back. With a `window`, the key names a call only while its
+    hold is pending, while its answer is being acted on, and for `window` after the hold settled;
+    later the same key is a new call (the gateway's implicit identity, docs/decisions.md). Invalid:
+    the capability is unknown or the ask is bad (nothing is written)."""
     with transaction.atomic():
+        if key and window is not None:
+            _forget_if_past(actor, key, window)
         run, created = run_start(
             capability_name=capability_name, input=input, actor=actor, idempotency_key=key, inline=True
         )
@@ -52,6 +59,23 @@ def mcp_call_ask(*, capability_name: str, actor: Actor, input: dict, ask: dict, 
             ports.hold_asked_on_commit(hold.pk)
         audit(AuditKind.RUN_HELD, SYSTEM, run_id=run.pk, hold_id=hold.pk, invocation_id=invocation.id)
     return Held(run_id=run.pk, hold_id=hold.pk)
+
+
+def _forget_if_past(actor: Actor, key: str, window: timedelta) -> None:
+    """Frees `key` for a new call when the call it names is over: its hold settled more than `window`
+    ago, and nobody is acting on the answer (the run is finished, or its answer was never claimed).
+    The key's row is locked first, so that of concurrent new calls one starts the run and the others
+    find it."""
+    row = IdempotencyKey.objects.select_for_update(of=("self",)).filter(caller=actor.caller_key, key=key).first()
+    if row is None:
+        return
+    hold = Hold.objects.filter(run_id=row.run_id).only("status", "decided_at").first()
+    if hold is None or hold.status == Hold.Status.PENDING or hold.decided_at > timezone.now() - window:
+        return
+    run = Run.objects.only("status").get(pk=row.run_id)
+    acting = Invocation.objects.filter(run_id=row.run_id, seq=1, status=Invocation.Status.ANSWERED).exists()
+    if run.finished or not acting:
+        row.delete()
 
 
 def mcp_call_claim(*, run_id: int) -> bool:

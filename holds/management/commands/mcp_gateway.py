@@ -1,6 +1,6 @@
 """manage.py mcp_gateway: the MCP gateway (holds/mcp/gateway.py) on its own ASGI server.
 
-Its upstreams and what it holds come from agentos.yaml's `mcp.gateway` (holds/mcp/gateway_config.py);
+Its capability and upstreams come from agentos.yaml's `mcp.gateway` (holds/mcp/gateway_config.py);
 clients connect to http://HOST:PORT/mcp with a service account's bearer key.
 """
 
