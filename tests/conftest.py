@@ -232,3 +232,21 @@ def acap(agent, settings):
     """The capability whose endpoint is `agent`, with a short retry schedule."""
     settings.RQ_RETRY_SCHEDULE = [0, 5, 30, 120]
     return factories.capability(name="pay_invoices", endpoint=agent.url, timeout_seconds=2.0)
+
+
+# The files whose tests take longest (`--durations`), run first: xdist hands out tests in collection order,
+# and with these last (fuzz, races) one worker was still on them for four minutes after the other ran out.
+SLOW_FIRST = (
+    "tests/test_security_fuzz.py",
+    "tests/test_races.py",
+    "tests/test_embedded_postgres.py",
+    "tests/test_races_quorum.py",
+    "tests/test_broker_embedded.py",
+    "tests/test_security_hostile.py",
+    "tests/test_pooler.py",
+)
+
+
+def pytest_collection_modifyitems(config, items):
+    rank = {path: n for n, path in enumerate(SLOW_FIRST)}
+    items.sort(key=lambda item: rank.get(item.nodeid.split("::")[0], len(rank)))  # stable: the rest keep order
