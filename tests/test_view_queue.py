@@ -185,7 +185,7 @@ def test_it_marks_in_all_pending_the_holds_the_person_may_only_view(client, cap,
 def test_it_applies_a_changed_capability_or_all_pending_at_once_and_apply_without_js(client, cap, member):
     client.force_login(member)
     body = client.get("/").content.decode()
-    form = re.search(r'<form method="get" action="/"[^>]*>', body).group(0)
+    form = re.search(r'<form id="queue-filters" method="get" action="/"[^>]*>', body).group(0)
     assert 'hx-trigger="change from:#filter-capability, change from:#filter-all"' in form
     assert 'hx-target="#queue-rows"' in form and 'hx-push-url="true"' in form
     assert '<button type="submit" class="button">Apply</button>' in body
