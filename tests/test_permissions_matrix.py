@@ -367,6 +367,7 @@ ROWS = {
     ("api-me-away", "DELETE"): (lambda w, a: "/v0/me/away", None, PEOPLE),
     ("manifest", "GET"): (lambda w, a: "/manifest.webmanifest", None, EVERYONE),
     ("service-worker", "GET"): (lambda w, a: "/sw.js", None, EVERYONE),
+    ("favicon", "GET"): (lambda w, a: "/favicon.ico", None, EVERYONE),
     # Receipts' public keys: a third party verifies a receipt with nothing but these (SPEC, Decision receipts).
     ("jwks", "GET"): (lambda w, a: "/.well-known/jwks.json", None, EVERYONE),
     ("push-subscriptions", "GET"): (lambda w, a: "/push/subscriptions", None, PEOPLE),
