@@ -17,25 +17,17 @@
     if (dialog && !dialog.open) dialog.showModal();
   }
 
-  // --- countdowns: "2h 03m left", from data-countdown (an ISO time), updated every second ---
-  function span(seconds) {
-    var s = Math.floor(Math.abs(seconds));
+  // --- countdowns ("2h 03m left", from data-countdown) and ages ("asked 23s ago", from data-age),
+  // both ISO times, updated every second. A duration in the server's words (rendering.span: "2d 4h",
+  // "3h 05m", "12m", "45s"); the countdown also keeps the seconds under an hour ("4m 05s").
+  function span(seconds, withSeconds) {
+    var s = withSeconds ? Math.floor(Math.abs(seconds)) : Math.round(Math.abs(seconds));
     var d = Math.floor(s / 86400), h = Math.floor((s % 86400) / 3600), m = Math.floor((s % 3600) / 60), r = s % 60;
     var pad = function (n) { return n < 10 ? "0" + n : "" + n; };
     if (d) return d + "d " + h + "h";
     if (h) return h + "h " + pad(m) + "m";
-    if (m) return m + "m " + pad(r) + "s";
+    if (m) return withSeconds ? m + "m " + pad(r) + "s" : m + "m";
     return r + "s";
-  }
-
-  // "asked 23s ago": the server's words (rendering.span: minutes without seconds), kept current.
-  function ago(seconds) {
-    var s = Math.max(0, Math.round(seconds));
-    var d = Math.floor(s / 86400), h = Math.floor((s % 86400) / 3600), m = Math.floor((s % 3600) / 60);
-    if (d) return d + "d " + h + "h";
-    if (h) return h + "h " + (m < 10 ? "0" + m : m) + "m";
-    if (m) return m + "m";
-    return s + "s";
   }
 
   function tick() {
@@ -43,13 +35,13 @@
     document.querySelectorAll("[data-age]").forEach(function (el) {
       var since = (now - Date.parse(el.getAttribute("data-age"))) / 1000;
       if (isNaN(since)) return;
-      var text = ago(since) + " ago";
+      var text = span(since, false) + " ago";
       if (el.textContent !== text) el.textContent = text;
     });
     document.querySelectorAll("[data-countdown]").forEach(function (el) {
       var left = (Date.parse(el.getAttribute("data-countdown")) - now) / 1000;
       if (isNaN(left)) return;
-      var text = left <= 0 ? "expired" : span(left) + " left";
+      var text = left <= 0 ? "expired" : span(left, true) + " left";
       if (el.textContent !== text) el.textContent = text;
       el.classList.toggle("soon", left < 3600);
     });
