@@ -53,7 +53,7 @@ def mark(kind: str, x: float, y: float, r: float = MARK_SIZE) -> dict:
 def chart(rows: list[calibration.FieldRow]) -> dict:
     """Per field, its buckets with decisions as points (x: mean stated confidence, y: the share changed
     or turned down, the table's figure), each series with its colour, mark and dash."""
-    series = []
+    series, table = [], []
     for n, row in enumerate(rows):
         style = n % len(COLOURS)
         points = [
@@ -61,8 +61,9 @@ def chart(rows: list[calibration.FieldRow]) -> dict:
             for cell in row.cells
             if cell.decisions and cell.mean_confidence is not None
         ]
+        shown = None
         if points:
-            row.series = {
+            shown = {
                 "row": row,
                 "colour": COLOURS[style],
                 "dash": DASHES[style],
@@ -71,11 +72,13 @@ def chart(rows: list[calibration.FieldRow]) -> dict:
                 # The legend's and the table's sample: a stretch of line with the mark in its middle.
                 "sample": mark(MARKS[style], 20, 9, 5),
             }
-            # The row keeps its series: the table shows the same sample beside it.
-            series.append(row.series)
+            series.append(shown)
+        # The table shows each row with its series' sample beside it (none for a row with no point).
+        table.append((row, shown))
     right, bottom = LEFT + WIDTH, TOP + HEIGHT
     return {
         "series": series,
+        "table": table,
         # x: the buckets' bounds, as the table's columns name them; y: quarters, in % as the table.
         "x_ticks": [(round(LEFT + t * WIDTH, 1), f"{t:g}") for t in (0, 0.5, 0.7, 0.8, 0.9, 1)],
         "y_ticks": [(round(TOP + (1 - t) * HEIGHT, 1), f"{t * 100:g} %") for t in (0, 0.25, 0.5, 0.75, 1)],
