@@ -1,14 +1,16 @@
 """Builders for test data. They go through services.py, as production does."""
 
 import hashlib
+from datetime import timedelta
 
 from django.contrib.auth import get_user_model
 from django.core.files.base import ContentFile
+from django.utils import timezone
 
 from holds import services
 from holds.auth import SYSTEM, actor_for_account, actor_for_user, run_token_for
 from holds.config import CapabilitySpec
-from holds.models import Capability, Invocation, Run
+from holds.models import Capability, Hold, Invocation, Run
 
 SECRET = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
 
@@ -82,6 +84,11 @@ def ask_body(n_items=2, **overrides) -> dict:
     }
     body.update(overrides)
     return body
+
+
+def past_due(hold_id: int) -> None:
+    """The hold's deadline passes now: the next sweep batch expires it."""
+    assert Hold.objects.filter(pk=hold_id).update(expires_at=timezone.now() - timedelta(seconds=1)) == 1
 
 
 def held_hold(cap: Capability, body=None):

@@ -207,7 +207,7 @@ def test_a_destructive_call_waits_for_a_person(setup, mode):
 
         waiting = pool.submit(call, url, key, "delete_file", {"path": "/srv/d"}, mode)
         hold = wait_until(lambda: Hold.objects.filter(status="pending").first(), 30, "the hold")
-        Hold.objects.filter(pk=hold.pk).update(expires_at=timezone.now() - timedelta(seconds=1))
+        factories.past_due(hold.pk)
         services.holds_expire_due()
         result = waiting.result(30)
         assert result.is_error and "expired" in text(result)
@@ -233,7 +233,7 @@ def test_a_form_elicitation_is_a_hold_with_its_schema(setup):
 
         waiting = pool.submit(call, url, key, "book_table", {"restaurant": "Per Se"})
         hold = wait_until(lambda: Hold.objects.filter(status="pending").first(), 30, "the hold")
-        Hold.objects.filter(pk=hold.pk).update(expires_at=timezone.now() - timedelta(seconds=1))
+        factories.past_due(hold.pk)
         services.holds_expire_due()
         assert text(waiting.result(30)) == "not booked: cancel"
     assert [r.get("action", "accept") for r in ran(log)] == ["accept", "decline", "cancel"]

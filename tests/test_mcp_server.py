@@ -132,7 +132,7 @@ def test_an_expired_hold_answers_deny_saying_so(mcp_url, key):
         waiting = pool.submit(call, mcp_url, key, bash("deploy"))
         hold = pending_hold()
         assert hold.expires_at is not None  # RQ_MCP_EXPIRES_IN
-        Hold.objects.filter(pk=hold.pk).update(expires_at=timezone.now() - timedelta(seconds=1))
+        factories.past_due(hold.pk)
         assert services.holds_expire_due() == 1
         answer = answer_of(waiting.result(30))
     assert answer["behavior"] == "deny" and "expired" in answer["message"]

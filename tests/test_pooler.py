@@ -135,7 +135,7 @@ def test_with_the_setting_the_hot_path_prepares_nothing_in_the_session(settings,
     resume, _ = factories.deliver_now(run)
     assert factories.answer(resume, {"status": "completed", "output": {}}) == "answered"
     late_run, late = factories.held_hold(cap, factories.ask_body(expires_in=60))
-    Hold.objects.filter(pk=late.pk).update(expires_at=timezone.now() - timedelta(seconds=1))
+    factories.past_due(late.pk)
     assert services.holds_expire_due() == 1
     assert Run.objects.get(pk=run.pk).status == Run.Status.COMPLETED
     assert Invocation.objects.filter(run=late_run, kind=Invocation.Kind.RESUME).count() == 1

@@ -1,14 +1,11 @@
 """History (/history): decided and expired holds, newest first, filterable, each linking to its outcome."""
 
 import re
-from datetime import timedelta
 
 import pytest
-from django.utils import timezone
 
 from holds import services
 from holds.auth import actor_for_user
-from holds.models import Hold
 from tests import factories
 
 pytestmark = pytest.mark.django_db
@@ -29,7 +26,7 @@ def history(cap, member):
     _, decided = factories.held_hold(cap, factories.ask_body(intent="Paid Acme"))
     decide(decided, member)
     _, expired = factories.held_hold(mail, factories.ask_body(intent="Mail expired"))
-    Hold.objects.filter(pk=expired.pk).update(expires_at=timezone.now() - timedelta(seconds=1))
+    factories.past_due(expired.pk)
     services.holds_expire_due()
     factories.held_hold(cap, factories.ask_body(intent="Still pending"))
     return decided, expired

@@ -3,10 +3,8 @@
 import html
 import json
 import re
-from datetime import timedelta
 
 import pytest
-from django.utils import timezone
 
 from holds import services
 from holds.models import AuditEvent, Hold, Invocation
@@ -244,7 +242,7 @@ def test_it_refuses_a_second_decision_with_409_and_says_who_decided(signed_in, c
 def test_it_refuses_a_decision_after_expiry_with_409_even_before_the_sweep(signed_in, cap):
     _, hold = factories.held_hold(cap)
     look = review_post(signed_in, hold, {"approve_all": "1"})
-    Hold.objects.filter(pk=hold.pk).update(expires_at=timezone.now() - timedelta(seconds=1))
+    factories.past_due(hold.pk)
     response = signed_in.post(url(hold, "/decision"), {"decision": confirmed(look), "fingerprint": hold.fingerprint})
     assert response.status_code == 409 and "This hold expired" in response.content.decode()
     assert not Invocation.objects.filter(hold=hold, kind="resume").exists()

@@ -3,7 +3,6 @@ a Celery worker and beat (tests/processes.py), PostgreSQL and Redis, one service
 runs in the test process on the agentos SDK (agentos.Server), so a test can read what its tools received.
 """
 
-import datetime as dt
 import socket
 import uuid
 
@@ -11,10 +10,9 @@ import agentos
 import httpx
 import pytest
 from django.db import connections
-from django.utils import timezone
 
 from holds.ids import HOLD, RUN, parse_public_id
-from holds.models import Hold, RunState
+from holds.models import RunState
 from tests import factories
 from tests.processes import Processes, free_port, service_env, wait_until
 
@@ -144,8 +142,7 @@ class Drive:
 
     def expire(self, hold: dict) -> None:
         """The hold's deadline passes now; beat's sweep (every second here) expires it."""
-        pk = parse_public_id(hold["hold_id"], HOLD)
-        assert Hold.objects.filter(pk=pk).update(expires_at=timezone.now() - dt.timedelta(seconds=1)) == 1
+        factories.past_due(parse_public_id(hold["hold_id"], HOLD))
 
     def lose_run_state(self, run_id: str, key: str) -> None:
         """What the agent kept in run state under `key` is gone (the store it resumes from is lost)."""
