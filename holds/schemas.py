@@ -154,7 +154,7 @@ def validate_ask(body: Any, *, compile_schemas: bool = True) -> tuple[AskIn | No
         return None, errors
     errors += _repeats(body.get("actions"), "actions")
     items = body.get("items")
-    schemas = []
+    schemas = _item_schemas(body)
     if isinstance(items, list):
         ids = set()
         for i, item in enumerate(items):
@@ -166,8 +166,6 @@ def validate_ask(body: Any, *, compile_schemas: bool = True) -> tuple[AskIn | No
                     errors.append({"field": f"items[{i}].id", "message": f"id '{item_id}' is used twice"})
                 ids.add(item_id)
             errors += _repeats(item.get("actions"), f"items[{i}].actions")
-            if isinstance(item.get("schema"), dict):
-                schemas.append((f"items[{i}].schema", item["schema"]))
             data, confidence = item.get("data"), item.get("confidence")
             if isinstance(data, dict) and isinstance(confidence, dict):
                 for key in confidence:
@@ -182,6 +180,24 @@ def validate_ask(body: Any, *, compile_schemas: bool = True) -> tuple[AskIn | No
         errors += compile_problems([(where, schema) for where, schema in schemas if where not in refused])
     errors = _dedupe(errors)
     return (ask if not errors else None), errors
+
+
+def _item_schemas(body: dict) -> list[tuple[str, dict]]:
+    """(where, schema) of each item that brings a schema."""
+    items = body.get("items")
+    if not isinstance(items, list):
+        return []
+    return [
+        (f"items[{i}].schema", item["schema"])
+        for i, item in enumerate(items)
+        if isinstance(item, dict) and isinstance(item.get("schema"), dict)
+    ]
+
+
+def item_schema_compile_problems(body: dict) -> list[dict]:
+    """The step validate_ask(compile_schemas=False) left out, for a body it found valid: compiling
+    its item schemas (within their bounds, which it checked)."""
+    return compile_problems(_item_schemas(body))
 
 
 def _repeats(actions: Any, where: str) -> list[dict]:

@@ -13,7 +13,7 @@ from ..auth import sha256_hex, token_invocation_id
 from ..errors import Conflict, Invalid
 from ..ids import FILE, HOLD, RUN, parse_public_id, public_id
 from ..models import AuditEvent, AuditKind, Hold, HoldItem, Invocation, Run, RunFile
-from ..schemas import canonical_json, validate_ask
+from ..schemas import canonical_json, item_schema_compile_problems, validate_ask
 from . import gateway, sql
 from .evals import eval_ask_refusal_for_invocation
 from .gateway import insert_values
@@ -45,8 +45,12 @@ def hold_ask(*, invocation: Invocation, body) -> Hold:
     """
     # Evals (SPEC "Settled"): an eval run's ask is refused right after the 401 check, whatever its body.
     eval_ask_refusal_for_invocation(invocation)
+    return _ask(invocation, *read_ask(body, invocation.run))
+
+
+def _ask(invocation: Invocation, ask, items: list[dict], errors: list[dict]) -> Hold:
+    """hold_ask once its body is read (read_ask): refused, or written."""
     run = invocation.run
-    ask, items, errors = read_ask(body, run)
     if errors:
         # An open hold answers 409 even for a bad body (SPEC's order); looked up only on this path
         # so that a good ask costs no extra query: the partial unique index refuses a second one.
@@ -81,7 +85,14 @@ def hold_ask_by_token(*, token: str, body) -> Hold | None:
     )
     if errors or ask.files or invocation_id is None or costly:
         invocation = invocation_for_token(token)
-        return None if invocation is None else hold_ask(invocation=invocation, body=body)
+        if invocation is None:
+            return None
+        eval_ask_refusal_for_invocation(invocation)
+        # The body is read once: what the first read left for a live token is compiling its item
+        # schemas (a 256 KiB ask read twice cost 100 ms of the web process) and checking its files.
+        if not errors:
+            errors = item_schema_compile_problems(body)
+        return _ask(invocation, *_with_files(body, invocation.run, ask, errors))
     hold, event = new_hold(ask, items, invocation_id=invocation_id)
     try:
         written = _insert_ask(hold, items, event, token_hash=sha256_hex(token))
@@ -99,6 +110,11 @@ def hold_ask_by_token(*, token: str, body) -> Hold | None:
 def read_ask(body, run: Run | None, *, compile_schemas: bool = True) -> tuple:
     """(ask, items, errors): the body validated; its files checked against `run` when given."""
     ask, errors = validate_ask(body, compile_schemas=compile_schemas)
+    return _with_files(body, run, ask, errors)
+
+
+def _with_files(body, run: Run | None, ask, errors: list[dict]) -> tuple:
+    """read_ask's end: the body's files checked against `run` when given, and the items as dicts."""
     file_ids = body.get("files") if isinstance(body, dict) and isinstance(body.get("files"), list) else []
     if file_ids and run is not None:
         errors += _file_errors(run, file_ids)
