@@ -173,11 +173,9 @@ def validate_ask(body: Any, *, compile_schemas: bool = True) -> tuple[AskIn | No
                         errors.append(
                             {"field": f"items[{i}].confidence.{key}", "message": "must name a top-level key of data"}
                         )
-    bounds = bound_problems(schemas)
-    errors += bounds
-    refused = {e["field"] for e in bounds}
-    if compile_schemas and "items" not in refused:  # within the ask's bounds: each schema within its own
-        errors += compile_problems([(where, schema) for where, schema in schemas if where not in refused])
+    errors += bound_problems(schemas)
+    if compile_schemas:
+        errors += _compile_problems_within(schemas, errors)
     errors = _dedupe(errors)
     return (ask if not errors else None), errors
 
@@ -194,10 +192,19 @@ def _item_schemas(body: dict) -> list[tuple[str, dict]]:
     ]
 
 
-def item_schema_compile_problems(body: dict) -> list[dict]:
-    """The step validate_ask(compile_schemas=False) left out, for a body it found valid: compiling
-    its item schemas (within their bounds, which it checked)."""
-    return compile_problems(_item_schemas(body))
+def item_schema_compile_problems(body: dict, errors: list[dict]) -> list[dict]:
+    """The step validate_ask(compile_schemas=False) left out, given the errors it found: compiling
+    the item schemas that nothing refused."""
+    return _compile_problems_within(_item_schemas(body), errors)
+
+
+def _compile_problems_within(schemas: list[tuple[str, dict]], errors: list[dict]) -> list[dict]:
+    """Compiling costs; only schemas within the ask's bounds (no error on `items`) and each within
+    its own (no error on that schema) are compiled."""
+    refused = {e["field"] for e in errors}
+    if "items" in refused:
+        return []
+    return compile_problems([(where, schema) for where, schema in schemas if where not in refused])
 
 
 def _repeats(actions: Any, where: str) -> list[dict]:

@@ -90,8 +90,7 @@ def hold_ask_by_token(*, token: str, body) -> Hold | None:
         eval_ask_refusal_for_invocation(invocation)
         # The body is read once: what the first read left for a live token is compiling its item
         # schemas (a 256 KiB ask read twice cost 100 ms of the web process) and checking its files.
-        if not errors:
-            errors = item_schema_compile_problems(body)
+        errors = errors + item_schema_compile_problems(body, errors)
         return _ask(invocation, *_with_files(body, invocation.run, ask, errors))
     hold, event = new_hold(ask, items, invocation_id=invocation_id)
     try:
