@@ -39,34 +39,25 @@ PATTERN_SIZE_LIMIT = 256 * 1024
 CACHE_SIZE = 256
 
 
-def _patterns(node: Any) -> list:
-    """Every regular expression in a schema: `pattern` values and `patternProperties` keys."""
-    found = []
+def _walk(node: Any, path: str, patterns: list, remote: list) -> None:
+    """Collects, in one pass over a schema, every regular expression (`pattern` values and
+    `patternProperties` keys) and where it points outside itself (only `#...` references resolve:
+    nothing is fetched)."""
     if isinstance(node, dict):
         for key, value in node.items():
             if key == "pattern":
-                found.append(value)
+                patterns.append(value)
             elif key == "patternProperties" and isinstance(value, dict):
-                found += list(value)
-            found += _patterns(value)
-    elif isinstance(node, list):
-        for value in node:
-            found += _patterns(value)
-    return found
-
-
-def _non_local_refs(node: Any, path: str = "") -> list[str]:
-    """Where the schema points outside itself: only `#...` references resolve (nothing is fetched)."""
-    found = []
-    if isinstance(node, dict):
-        for key, value in node.items():
-            if key in ("$ref", "$dynamicRef", "$recursiveRef") and isinstance(value, str) and not value.startswith("#"):
-                found.append(f"{path}/{key}" if path else key)
-            found += _non_local_refs(value, f"{path}/{key}")
-    elif isinstance(node, list):
+                patterns.extend(value)
+            elif key in ("$ref", "$dynamicRef", "$recursiveRef") and isinstance(value, str):
+                if not value.startswith("#"):
+                    remote.append(f"{path}/{key}" if path else key)
+            if isinstance(value, dict | list):
+                _walk(value, f"{path}/{key}", patterns, remote)
+    else:
         for n, value in enumerate(node):
-            found += _non_local_refs(value, f"{path}/{n}")
-    return found
+            if isinstance(value, dict | list):
+                _walk(value, f"{path}/{n}", patterns, remote)
 
 
 def bound_problems(schemas: list[tuple[str, dict]]) -> list[dict]:
@@ -84,7 +75,8 @@ def bound_problems(schemas: list[tuple[str, dict]]) -> list[dict]:
             message = f"$schema must name draft 2020-12 ({DRAFT_2020_12}) or draft-07 ({DRAFT_07})"
             errors.append({"field": where, "message": message})
             continue
-        remote = _non_local_refs(schema)
+        found, remote = [], []
+        _walk(schema, "", found, remote)
         if remote:
             message = f"only local references (#...) are allowed; found one at {remote[0]}"
             errors.append({"field": where, "message": message})
@@ -93,7 +85,6 @@ def bound_problems(schemas: list[tuple[str, dict]]) -> list[dict]:
             continue  # the same schema again compiles once
         seen.add(text)
         total += size
-        found = _patterns(schema)
         patterns += len(found)
         long = [p for p in found if isinstance(p, str) and len(p) > MAX_PATTERN_CHARS]
         if long:
@@ -112,9 +103,10 @@ _cache: OrderedDict = OrderedDict()
 _lock = threading.Lock()
 
 
-def item_validator(schema: dict):
-    """The compiled validator of a schema that passed bound_problems, from the cache when it was
-    compiled before. Raises ValueError (why) for a schema that is not valid (also cached)."""
+def item_validator(schema: dict, *, bounded: bool = False):
+    """The compiled validator of a schema, from the cache when it was compiled before. Raises
+    ValueError (why) for a schema that is not valid (also cached). `bounded`: the caller found no
+    bound_problems for it (an ask's whole set is bounded together); else they are checked first."""
     text = canonical_json(schema)
     key = hashlib.sha256(text.encode()).digest()
     with _lock:
@@ -122,7 +114,8 @@ def item_validator(schema: dict):
         if found is not None:
             _cache.move_to_end(key)
     if found is None:
-        found = _compile(schema)
+        problems = [] if bounded else bound_problems([("schema", schema)])
+        found = problems[0]["message"] if problems else _compile(schema)
         with _lock:
             _cache[key] = found
             while len(_cache) > CACHE_SIZE:
@@ -135,8 +128,6 @@ def item_validator(schema: dict):
 def _compile(schema: dict):
     """The validator, or why the schema is not valid. Patterns run on the linear-time engine with a
     size limit (RegexOptions); formats are not checked and nothing is fetched."""
-    if bound_problems([("schema", schema)]):
-        return bound_problems([("schema", schema)])[0]["message"]
     validator_class = DRAFTS[schema.get("$schema", DRAFT_2020_12)]
     try:
         return validator_class(
@@ -159,7 +150,7 @@ def compile_problems(schemas: list[tuple[str, dict]]) -> list[dict]:
     errors = []
     for where, schema in schemas:
         try:
-            item_validator(schema)
+            item_validator(schema, bounded=True)
         except ValueError as exc:
             errors.append({"field": where, "message": str(exc)})
     return errors

@@ -180,9 +180,9 @@ def validate_ask(body: Any, *, compile_schemas: bool = True) -> tuple[AskIn | No
     return (ask if not errors else None), errors
 
 
-def _item_schemas(body: dict) -> list[tuple[str, dict]]:
+def _item_schemas(body: Any) -> list[tuple[str, dict]]:
     """(where, schema) of each item that brings a schema."""
-    items = body.get("items")
+    items = body.get("items") if isinstance(body, dict) else None
     if not isinstance(items, list):
         return []
     return [
@@ -192,7 +192,7 @@ def _item_schemas(body: dict) -> list[tuple[str, dict]]:
     ]
 
 
-def item_schema_compile_problems(body: dict, errors: list[dict]) -> list[dict]:
+def item_schema_compile_problems(body: Any, errors: list[dict]) -> list[dict]:
     """The step validate_ask(compile_schemas=False) left out, given the errors it found: compiling
     the item schemas that nothing refused."""
     return _compile_problems_within(_item_schemas(body), errors)

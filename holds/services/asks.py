@@ -175,18 +175,24 @@ def ask_statement(hold: Hold, items: list[dict], event: AuditEvent, *, run: Run 
         params = [hold.invocation_id, token_hash]
     hold_columns, values = insert_values(hold, skip=_ASK_RUN_COLUMNS)
     params += [head, tail, *values]
-    data = HoldItem._meta.get_field("data")
-    params += [
-        list(range(len(items))),
-        [i["id"] for i in items],
-        [i["title"] for i in items],
-        [data.get_prep_value(i["data"]) for i in items],
-        [json.dumps(i["confidence"]) for i in items],
-        [json.dumps(i["actions"]) if i["actions"] else None for i in items],
-        [i["details"] or "" for i in items],
-        [i.get("details_html") for i in items],
-        [data.get_prep_value(i["schema"]) if i["schema"] is not None else None for i in items],
+    # The items as one JSON text that the statement reads as rows (JSON null is SQL NULL there): data
+    # and schema go in as the exact text their column keeps (ExactJSONField), confidence as JSON.
+    exact = HoldItem._meta.get_field("data").get_prep_value
+    rows = [
+        {
+            "position": n,
+            "item_id": i["id"],
+            "title": i["title"],
+            "data": exact(i["data"]),
+            "confidence": i["confidence"],
+            "actions": i["actions"] or None,
+            "details": i["details"] or "",
+            "details_html": i.get("details_html"),
+            "schema": exact(i["schema"]),
+        }
+        for n, i in enumerate(items)
     ]
+    params.append(json.dumps(rows, ensure_ascii=False))
     event_columns, values = insert_values(event, skip=("hold_id_ref", "run_id_ref", "actor"))
     params += values
     return sql.ask(hold_columns, event_columns, by_token=run is None), params
