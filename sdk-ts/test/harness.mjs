@@ -1,4 +1,5 @@
 // What the node tests share: the real service (test/service.py), agents as processes, signed deliveries.
+import assert from "node:assert/strict";
 import { spawn } from "node:child_process";
 import { randomBytes } from "node:crypto";
 import { existsSync } from "node:fs";
@@ -61,27 +62,45 @@ export async function startService(tag, capabilities) {
   );
   let output = "";
   proc.stderr.on("data", (d) => (output += d));
+  proc.stdin.on("error", () => {}); // a command to a launcher that has exited: its exit fails what waits
+  const gone = () => new Error(`the service launcher exited (${proc.exitCode}):\n${output.slice(-4000)}`);
+  // service.py answers its commands one by one, in the order they were written.
+  const answers = [];
   const info = await new Promise((ok, fail) => {
     const lines = createInterface({ input: proc.stdout });
     lines.on("line", (line) => {
       output += line + "\n";
       if (line.startsWith('{"url"')) ok(JSON.parse(line));
+      else if (line.startsWith('{"past_due"')) answers.shift().ok(JSON.parse(line));
     });
-    proc.on("exit", (code) => fail(new Error(`the service launcher exited (${code}):\n${output.slice(-4000)}`)));
+    proc.on("exit", () => {
+      fail(gone());
+      for (const answer of answers.splice(0)) answer.fail(gone());
+    });
   });
   const exited = new Promise((r) => proc.on("exit", r));
-  return new Service(info, async () => {
-    proc.stdin.end();
-    await exited;
+  const command = (line) =>
+    new Promise((ok, fail) => {
+      if (proc.exitCode !== null) return fail(gone());
+      answers.push({ ok, fail });
+      proc.stdin.write(line + "\n");
+    });
+  return new Service(info, {
+    command,
+    stop: async () => {
+      proc.stdin.end();
+      await exited;
+    },
   });
 }
 
 export class Service {
-  constructor(info, stop) {
+  constructor(info, { command, stop }) {
     this.url = info.url;
     this.key = info.key;
     this.logs = info.logs;
     this.databaseUrl = info.database_url; // the service's fresh database: a test may keep a framework's store in it
+    this.command = command;
     this.stop = stop;
   }
 
@@ -130,6 +149,25 @@ export class Service {
     const run = await this.runReaches(runId, "held");
     const open = run.holds.find((h) => h.status === "pending");
     return this.hold(open.hold_id);
+  }
+
+  /**
+   * Moves a pending hold's deadline to now (test/service.py runs factories.past_due), so that a test of
+   * expiry asks with SPEC's shortest expires_in, 60 s, without waiting the minute out; the beat's sweep
+   * (every second here) and the worker still expire the hold and deliver the resume as they do in production.
+   */
+  async pastDue(holdId) {
+    const answer = await this.command(`past_due ${holdId}`);
+    if (answer.updated !== 1) throw new Error(`past_due ${holdId}: no such hold (${JSON.stringify(answer)})`);
+  }
+
+  /** The run's pending hold, once the run is held: asked to expire in 60 s, and made due now. */
+  async heldHoldPastDue(runId) {
+    const hold = await this.heldHold(runId);
+    const expiresIn = Date.parse(hold.expires_at) - Date.parse(hold.created_at);
+    assert.ok(Math.abs(expiresIn - 60_000) < 1_000, `${hold.hold_id} expires ${expiresIn} ms after it was asked, not 60 s`);
+    await this.pastDue(hold.hold_id);
+    return hold;
   }
 
   async decide(holdId, decision) {

@@ -248,13 +248,11 @@ const secret = newSecret();
 let service;
 let port;
 let server;
-let expiring;
 const savers = [];
 const sent = { main: [], restarted: [], expiring: [], tool: [], toolExpiring: [], both: [] };
 const paid = { main: [], expiring: [] };
 const proceeded = [];
 const proceededExpiring = [];
-let expiringPlain;
 
 async function saver() {
   const s = PostgresSaver.fromConnString(service.databaseUrl, { schema: "langgraph" });
@@ -309,13 +307,6 @@ before(async () => {
     review_expiring: { endpoint, secret },
   });
   server = await serveAgents(sent.main);
-  // Asked first, so that its 60 s (the shortest expiry) pass while the rest runs.
-  expiring = await service.startRun("email_expiring", { prompt: "Send a release update email about the new streaming API" });
-  expiringPlain = {
-    approval: await service.startRun("approval_expiring", { actionDetails: "Transfer $500 (expires)" }),
-    tool: await service.startRun("email_tool_expiring", { prompt: "email alice" }),
-    review: await service.startRun("review_expiring", { amount: 500 }),
-  };
 });
 
 after(async () => {
@@ -411,7 +402,9 @@ describe("examples/streaming hitl-agent.ts with humanInTheLoopMiddleware", () =>
   });
 
   test("an expired hold rejects the call, saying it expired", async () => {
-    const run = await service.runReaches(expiring, "completed", 150_000);
+    const runId = await service.startRun("email_expiring", PROMPT);
+    await service.heldHoldPastDue(runId);
+    const run = await service.runReaches(runId, "completed");
     assert.equal(run.holds[0].status, "expired");
     assert.deepEqual(run.output, { call_send: ["error", EXPIRED] });
     assert.deepEqual(sent.expiring, []);
@@ -468,12 +461,15 @@ describe("a plain interrupt(): a typed edit and an expiry, answered as the Pytho
   });
 
   test("an expired hold answers false (the node's else branch) and { action: \"reject\" } (the tool cancels)", async () => {
-    // Asked in before(), so their 60 s passed with the middleware's expiring hold above.
-    let run = await service.runReaches(expiringPlain.approval, "completed", 150_000);
+    const approval = await service.startRun("approval_expiring", { actionDetails: "Transfer $500 (expires)" });
+    const tool = await service.startRun("email_tool_expiring", { prompt: "email alice" });
+    await service.heldHoldPastDue(approval);
+    await service.heldHoldPastDue(tool);
+    let run = await service.runReaches(approval, "completed");
     assert.equal(run.holds[0].status, "expired");
     assert.equal(run.output.status, "rejected");
     assert.deepEqual(proceededExpiring, []);
-    run = await service.runReaches(expiringPlain.tool, "completed", 150_000);
+    run = await service.runReaches(tool, "completed");
     assert.equal(run.holds[0].status, "expired");
     assert.deepEqual(run.output, { call_email: ["success", "Email cancelled by user"] });
     assert.deepEqual(sent.toolExpiring, []);
@@ -561,8 +557,9 @@ describe('an interrupt with a responseSchema: the Python adapter\'s "schema" ans
   });
 
   test("an expired hold answers { approved: false, reason: <the expiry message> }", async () => {
-    // Asked in before(), with the other expiring runs.
-    const run = await service.runReaches(expiringPlain.review, "completed", 150_000);
+    const runId = await service.startRun("review_expiring", { amount: 500 });
+    await service.heldHoldPastDue(runId);
+    const run = await service.runReaches(runId, "completed");
     assert.equal(run.holds[0].status, "expired");
     assert.equal(run.output.status, `refused: ${EXPIRED}`);
     assert.deepEqual(paid.expiring, []);

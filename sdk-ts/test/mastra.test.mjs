@@ -29,10 +29,9 @@ let service;
 let example;
 let examplePort;
 let inProcess;
-let expiring;
 const EXPIRED = "The approval request expired without a decision. Do not run this call.";
 
-// Holds that nobody decides, asked first so that their 60 s (the shortest expiry) pass while the rest runs.
+// Holds that nobody decides (the "expiry" tests make each one due as soon as it is asked).
 const usage = { inputTokens: { total: 1, noCache: 1, cacheRead: 0, cacheWrite: 0 }, outputTokens: { total: 1, text: 1, reasoning: 0 } };
 const expiringModel = new MockLanguageModelV4({
   doGenerate: async ({ prompt }) =>
@@ -178,12 +177,6 @@ before(async () => {
     },
     { secret: sdkSecret, port: sdkPort, log: () => {} },
   ).listen();
-  expiring = {
-    ai: await service.startRun("ai_expiring", { prompt: "pay" }),
-    workflow: await service.startRun("publish_expiring", { title: "Q2 numbers" }),
-    noRejectBranch: await service.startRun("hitl_docs_expiring", { userEmail: "a@example.com" }),
-    bailRoom: await service.startRun("bail_room_expiring", { userEmail: "a@example.com" }),
-  };
   example = await startExample();
 });
 
@@ -330,21 +323,29 @@ describe("Mastra's human-in-the-loop page", () => {
 
 describe("expiry", () => {
   test("an expired hold denies the AI SDK call and cancels the workflow run, saying it expired", async () => {
-    const ai = await service.runReaches(expiring.ai, "completed", 150_000);
+    const aiRun = await service.startRun("ai_expiring", { prompt: "pay" });
+    const workflowRun = await service.startRun("publish_expiring", { title: "Q2 numbers" });
+    await service.heldHoldPastDue(aiRun);
+    await service.heldHoldPastDue(workflowRun);
+    const ai = await service.runReaches(aiRun, "completed");
     assert.deepEqual(JSON.parse(ai.output.text), { type: "execution-denied", reason: EXPIRED });
     assert.equal(ai.holds[0].status, "expired");
-    const workflow = await service.runReaches(expiring.workflow, "completed", 150_000);
+    const workflow = await service.runReaches(workflowRun, "completed");
     assert.deepEqual(workflow.output, { status: "canceled", rejected: [{ step: "review", comment: EXPIRED }] });
   });
 
   test("an expired hold ends a step with no branch for approved: false, once (no new hold)", async () => {
-    const run = await service.runReaches(expiring.noRejectBranch, "completed", 150_000);
+    const runId = await service.startRun("hitl_docs_expiring", { userEmail: "a@example.com" });
+    await service.heldHoldPastDue(runId);
+    const run = await service.runReaches(runId, "completed");
     assert.deepEqual(run.output, { status: "canceled", rejected: [{ step: "step-1", comment: EXPIRED }] });
     assert.deepEqual(run.holds.map((h) => h.status), ["expired"]);
   });
 
   test("bail() with room in its resumeSchema learns that the hold expired", async () => {
-    const run = await service.runReaches(expiring.bailRoom, "completed", 150_000);
+    const runId = await service.startRun("bail_room_expiring", { userEmail: "a@example.com" });
+    await service.heldHoldPastDue(runId);
+    const run = await service.runReaches(runId, "completed");
     assert.deepEqual(run.output, { reason: EXPIRED, expired: true });
   });
 });

@@ -103,7 +103,6 @@ const secret = newSecret();
 let service;
 let port;
 let agentServer;
-let expiring;
 const runs = { main: [], restarted: [], expiring: [] };
 
 function serveAgents(ran) {
@@ -126,8 +125,6 @@ before(async () => {
     weather_expiring: { endpoint, secret },
   });
   agentServer = await serveAgents(runs.main);
-  // Asked first, so that its 60 s (the shortest expiry) pass while the rest runs.
-  expiring = await service.startRun("weather_expiring", { prompt: PROMPT });
 });
 
 after(async () => {
@@ -251,7 +248,9 @@ describe("examples/agent-patterns/human-in-the-loop.ts", () => {
   });
 
   test("an expired hold rejects both calls, saying it expired", async () => {
-    const run = await service.runReaches(expiring, "completed", 150_000);
+    const runId = await service.startRun("weather_expiring", { prompt: PROMPT });
+    await service.heldHoldPastDue(runId);
+    const run = await service.runReaches(runId, "completed");
     assert.equal(run.holds[0].status, "expired");
     assert.equal(
       run.output,

@@ -5,6 +5,13 @@ gunicorn, a Celery worker and beat (tests/processes.py starts them as the Python
 
 Prints one JSON line, {"url", "key", "database_url"}, once everything answers; then runs until its stdin
 closes or it gets SIGTERM, stops what it started and drops the database.
+
+Meanwhile it reads commands from stdin, one a line, and answers each with one JSON line on stdout:
+
+    past_due h_7    ->  {"past_due": "h_7", "updated": 1}   (0: no such hold)
+
+A test of expiry asks its hold with SPEC's shortest expires_in (60 s) and then moves the deadline to
+now rather than waiting out the minute; the beat's sweep and the worker still do everything after it.
 """
 
 import argparse
@@ -52,6 +59,8 @@ def main() -> None:
     from holds import services
     from holds.auth import SYSTEM
     from holds.config import CapabilitySpec
+    from holds.ids import HOLD, parse_public_id
+    from tests.factories import past_due
     from tests.processes import Processes, free_port, service_env
 
     call_command("migrate", verbosity=0)
@@ -66,6 +75,24 @@ def main() -> None:
     def stop(*_):
         stopping.set()
 
+    def serve_commands():
+        try:
+            for line in sys.stdin:
+                command, _, hold_id = line.strip().partition(" ")
+                if command != "past_due":
+                    raise ValueError(f"unknown command {line!r}")
+                try:
+                    past_due(parse_public_id(hold_id, HOLD))
+                    updated = 1
+                except AssertionError:  # past_due's check that it moved exactly this one hold
+                    updated = 0
+                print(json.dumps({"past_due": hold_id, "updated": updated}), flush=True)
+        finally:
+            # Stdin closes when the test process ends, however it ends; an error here ends the service
+            # loudly too (the harness rejects what it was waiting for when this process exits).
+            connections.close_all()  # this thread's own connection
+            stopping.set()
+
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
     try:
@@ -79,12 +106,12 @@ def main() -> None:
             SECRET_KEY=os.environ["SECRET_KEY"],
             RQ_RETRY_SCHEDULE="0,1,1,1,1,1,1,1",
         )
+        # service_env sets RQ_SWEEP_INTERVAL=1, so a deadline moved to now is swept within a second.
         procs.gunicorn(env, web_port)
         procs.worker(env)
         procs.beat(env)
         print(json.dumps({"url": web, "key": key, "database_url": url, "logs": str(log_dir)}), flush=True)
-        # Stdin closes when the test process ends, however it ends.
-        threading.Thread(target=lambda: (sys.stdin.read(), stopping.set()), daemon=True).start()
+        threading.Thread(target=serve_commands, daemon=True).start()
         stopping.wait()
     finally:
         procs.stop_all()
