@@ -69,7 +69,7 @@ class FaultyProxy:
 
         self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", free_port()), Handler)
         self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
-        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+        threading.Thread(target=self.httpd.serve_forever, kwargs={"poll_interval": 0.01}, daemon=True).start()
 
     def next_fault(self, method: str, path: str):
         for (m, prefix), queue in self.faults.items():

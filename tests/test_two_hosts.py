@@ -171,7 +171,7 @@ class CountingAgent:
 
         self.server = _Server((address, 0), Handler)
         self.url = f"http://{address}:{self.server.server_address[1]}"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.01}, daemon=True).start()
 
     def resumes(self) -> set[str]:
         with self.lock:

@@ -102,7 +102,7 @@ class FakeAnthropic:
 
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread = threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.01}, daemon=True)
 
     def answer(self, body: dict[str, Any]) -> list[dict[str, Any]]:
         if not body.get("tools"):
