@@ -81,11 +81,20 @@ class Processes:
         return proc
 
     def kill(self, name: str, sig=signal.SIGKILL) -> None:
+        proc = self._signal(name, sig)
+        self._reap(proc)
+
+    def _signal(self, name: str, sig) -> subprocess.Popen:
         proc = self.procs.pop(name)
         try:
             os.killpg(proc.pid, sig)
-            proc.wait(timeout=30)
         except ProcessLookupError:
+            pass
+        return proc
+
+    @staticmethod
+    def _reap(proc: subprocess.Popen) -> None:
+        try:
             proc.wait(timeout=30)
         except subprocess.TimeoutExpired:
             # A worker's warm shutdown waits for its running tasks (a delivery to an agent that
@@ -94,8 +103,14 @@ class Processes:
             proc.wait(timeout=30)
 
     def stop_all(self) -> None:
-        for name in list(self.procs):
-            self.kill(name, signal.SIGTERM if name != "redis" else signal.SIGKILL)
+        """Every process is told at once and then waited for (one after another, their shutdowns
+        added up to 2-4 s of a framework module's teardown); Redis last, so that no worker's warm
+        shutdown meets a lost broker."""
+        stopping = [self._signal(name, signal.SIGTERM) for name in list(self.procs) if name != "redis"]
+        for proc in stopping:
+            self._reap(proc)
+        if "redis" in self.procs:
+            self.kill("redis")
 
     def log(self, name: str) -> str:
         path = self.log_dir / f"{name}.log"
