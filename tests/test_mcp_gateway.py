@@ -127,8 +127,13 @@ def ran(log) -> list[dict]:
     return [json.loads(line) for line in log.read_text().splitlines()]
 
 
+def pending(what: str = "the hold") -> Hold:
+    """The pending hold, once the gateway has asked it."""
+    return wait_until(lambda: Hold.objects.filter(status="pending").first(), 30, what)
+
+
 def decide(reviewer, action, **extra) -> Hold:
-    hold = wait_until(lambda: Hold.objects.filter(status="pending").first(), 30, "the hold")
+    hold = pending()
     item = hold.items.get()
     body = {"items": [{"id": item.item_id, "action": action, **extra}]}
     services.hold_decide(hold_id=hold.pk, actor=reviewer, body=body)
@@ -206,7 +211,7 @@ def test_a_destructive_call_waits_for_a_person(setup, mode):
         assert result.is_error and text(result) == "Rejected by rev: keep it"
 
         waiting = pool.submit(call, url, key, "delete_file", {"path": "/srv/d"}, mode)
-        hold = wait_until(lambda: Hold.objects.filter(status="pending").first(), 30, "the hold")
+        hold = pending()
         factories.past_due(hold.pk)
         services.holds_expire_due()
         result = waiting.result(30)
@@ -219,7 +224,7 @@ def test_a_form_elicitation_is_a_hold_with_its_schema(setup):
     url, key, reviewer, log = setup
     with ThreadPoolExecutor(1) as pool:
         waiting = pool.submit(call, url, key, "book_table", {"restaurant": "Chez Panisse"})
-        hold = wait_until(lambda: Hold.objects.filter(status="pending").first(), 30, "the elicitation's hold")
+        hold = pending("the elicitation's hold")
         (item,) = hold.items.all()
         assert item.schema["properties"].keys() == {"guests", "date", "terrace"}
         assert item.data == {"terrace": False}  # the defaults; approve needs every required value
@@ -232,7 +237,7 @@ def test_a_form_elicitation_is_a_hold_with_its_schema(setup):
         assert text(waiting.result(30)) == "not booked: decline"
 
         waiting = pool.submit(call, url, key, "book_table", {"restaurant": "Per Se"})
-        hold = wait_until(lambda: Hold.objects.filter(status="pending").first(), 30, "the hold")
+        hold = pending()
         factories.past_due(hold.pk)
         services.holds_expire_due()
         assert text(waiting.result(30)) == "not booked: cancel"
@@ -250,7 +255,7 @@ def test_approve_on_a_form_elicitation_accepts_with_the_data_as_asked(setup):
     url, key, reviewer, log = setup
     with ThreadPoolExecutor(1) as pool:
         waiting = pool.submit(call, url, key, "order", {"item": "lamp"})
-        hold = wait_until(lambda: Hold.objects.filter(status="pending").first(), 30, "the elicitation's hold")
+        hold = pending("the elicitation's hold")
         (item,) = hold.items.all()
         # Every field has a default, so the data as asked is complete and approve is offered.
         assert item.data == {"quantity": 1, "gift_wrap": False}

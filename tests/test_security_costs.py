@@ -662,7 +662,6 @@ def test_done_when_a_hostile_ask_costs_a_sign_in_beside_it_under_100_ms_of_serve
 
     from holds.models import Hold
 
-    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]  # a sign-in's own cost: tiny
     settings.RQ_RATE_ASK = settings.RQ_RATE_LOGIN = "off"
     factories.person("signer", password="pw-for-tests-1")
     asks = [  # every kind three times, each beside sign-ins

@@ -69,12 +69,12 @@ def _forget_if_past(actor: Actor, key: str, window: timedelta) -> None:
     row = IdempotencyKey.objects.select_for_update(of=("self",)).filter(caller=actor.caller_key, key=key).first()
     if row is None:
         return
-    hold = Hold.objects.filter(run_id=row.run_id).only("status", "decided_at").first()
+    hold = Hold.objects.filter(run_id=row.run_id).select_related("run").only("status", "decided_at", "run__status")
+    hold = hold.first()
     if hold is None or hold.status == Hold.Status.PENDING or hold.decided_at > timezone.now() - window:
         return
-    run = Run.objects.only("status").get(pk=row.run_id)
     acting = Invocation.objects.filter(run_id=row.run_id, seq=1, status=Invocation.Status.ANSWERED).exists()
-    if run.finished or not acting:
+    if hold.run.finished or not acting:
         row.delete()
 
 
