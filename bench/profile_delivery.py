@@ -75,7 +75,7 @@ def main():
         url = claim.invocation.run.endpoint.rstrip("/") + "/invoke"
         outcome, *post_cost = timed(delivery._call, claim, url, None)
         _, *record_cost = timed(
-            services.invocation_record, invocation_id=invocation_id, attempt=claim.attempt, outcome=outcome
+            services.invocation_record, invocation_id=invocation_id, attempt=claim.attempt, outcome=outcome, claim=claim
         )
         whole.append((time.perf_counter() - start) * 1000)
         parts["claim"].append(claim_cost)

@@ -216,7 +216,7 @@ def deliver(invocation_id: str, *, client: httpx.Client | None = None) -> str:
         _free_slot(url, call)
     if outcome is None:
         return DeliveryResult.DEFERRED
-    return services.invocation_record(invocation_id=invocation.id, attempt=claim.attempt, outcome=outcome)
+    return services.invocation_record(invocation_id=invocation.id, attempt=claim.attempt, outcome=outcome, claim=claim)
 
 
 def signed_headers(invocation: Invocation, body: bytes) -> dict:

@@ -146,6 +146,59 @@ def test_completed_output_is_checked_against_the_output_schema(agent, db):
     assert run.status == "failed" and "'paid' is a required property" in run.error
 
 
+def _recorded(run: Run) -> dict:
+    """What recording a run's answer wrote, with its ids and times left out, to compare two runs."""
+    invocation = Invocation.objects.get(run=run)
+    run.refresh_from_db()
+    attempts = DeliveryAttempt.objects.filter(invocation=invocation)
+    events = AuditEvent.objects.filter(run_id_ref=run.pk).exclude(kind="run.started").order_by("id")
+    return {
+        "invocation": (invocation.status, invocation.answer, invocation.last_error, invocation.lease_until),
+        "answered": invocation.answered_at is not None,
+        "run": (run.status, run.output, run.error, run.finished_at is not None),
+        "attempts": list(attempts.values_list("number", "status_code", "outcome", "error")),
+        "events": [
+            (e.kind, e.actor, e.hold_id_ref, e.invocation_id_ref.replace(invocation.id, "this"), e.data) for e in events
+        ],
+    }
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("schema", [None, {"type": "object", "required": ["paid"]}])
+def test_a_completed_answer_is_one_round_trip_that_writes_what_the_general_path_writes(
+    agent, schema, count_round_trips
+):
+    cap = factories.capability(name="typed", endpoint=agent.url, output_schema=schema)
+    agent.default = lambda request: (200, {"status": "completed", "output": {"paid": 2.50, "note": "<b>x</b>"}})
+    at_once, general = factories.start_run(cap), factories.start_run(cap)
+    first = Invocation.objects.get(run=at_once)
+    with count_round_trips() as sent:
+        assert delivery.deliver(first.id) == "answered"
+    assert sent.round_trips == 2  # the claim, then the answer with its locks
+    # The general path: the same answer recorded without the worker's claim.
+    claim = services.invocation_claim(invocation_id=Invocation.objects.get(run=general).id)
+    outcome = delivery._call(claim, agent.url + "/invoke", None)
+    assert services.invocation_record(invocation_id=claim.invocation.id, attempt=1, outcome=outcome) == "answered"
+    assert _recorded(at_once) == _recorded(general)
+    assert _recorded(at_once)["run"] == ("completed", {"paid": 2.50, "note": "<b>x</b>"}, "", True)
+    assert [kind for kind, *_ in _recorded(at_once)["events"]] == ["run.completed", "invocation.attempt"]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_an_output_schema_changed_while_the_agent_answered_is_the_one_its_output_must_meet(agent):
+    cap = factories.capability(name="typed", endpoint=agent.url, output_schema=None)
+
+    def change_then_complete(request):
+        Capability.objects.filter(pk=cap.pk).update(output_schema={"type": "object", "required": ["paid"]})
+        return 200, {"status": "completed", "output": {"nope": 1}}
+
+    agent.script = [change_then_complete]
+    run = factories.start_run(cap)
+    assert delivery.deliver(Invocation.objects.get(run=run).id) == "failed"
+    run.refresh_from_db()
+    assert run.status == "failed" and "'paid' is a required property" in run.error
+
+
 def ask_then(status, body):
     """An agent step that asks a hold with its token (over the real API) and then answers."""
 

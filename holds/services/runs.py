@@ -132,9 +132,14 @@ def finish_run(run: Run, *, status: str, actor: Actor, output=None, error: str =
         "kind": FINISH_KIND[status],
     }
     gateway.write(*((statement, params) for statement in sql.FINISH_RUN))
+    experiment_may_be_over(run)
+
+
+def experiment_may_be_over(run: Run) -> None:
+    """An eval run's experiment may be over now that the run finished. After commit, so that this run
+    reads as finished; two last runs finishing at once may both miss it, and beat's experiments_finish
+    catches that."""
     if run.experiment_id is not None and run.parent_id is None:
-        # The experiment may be over now. After commit, so that this run reads as finished; two last
-        # runs finishing at once may both miss it, and beat's experiments_finish catches that.
         experiment_id = run.experiment_id
         transaction.on_commit(lambda: experiments_finish(experiment_id=experiment_id))
 

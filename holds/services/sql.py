@@ -10,7 +10,7 @@ Each statement's comment says what it does and names the test that pins it.
 import functools
 
 from ..auth import SYSTEM, TOKEN_PREFIX
-from ..models import Action, AuditKind, Capability, Experiment, Hold, HoldItem, Invocation, Run
+from ..models import FINISHED_RUN, Action, AuditKind, Capability, Experiment, Hold, HoldItem, Invocation, Run
 from . import gateway
 
 
@@ -343,10 +343,11 @@ SELECT claimed.*, EXISTS (SELECT 1 FROM moved) FROM claimed
 # resume (whose foreign key takes KEY SHARE on the run while it holds the hold's lock that this answer
 # waits for). Pinned by test_races (answers against decisions and the sweep) and test_task_deliver
 # (a stale claim records nothing).
+_STILL_CLAIMED = f"i.id = %(id)s AND i.status = {DELIVERING} AND i.attempts = %(attempt)s"
 LOCK_CLAIMED = f"""
 SELECT {{columns}}
 FROM holds_invocation AS i JOIN holds_run AS r ON r.id = i.run_id JOIN holds_capability AS c ON c.id = r.capability_id
-WHERE i.id = %(id)s AND i.status = {DELIVERING} AND i.attempts = %(attempt)s
+WHERE {_STILL_CLAIMED}
 FOR NO KEY UPDATE OF i, r
 """
 
@@ -384,13 +385,51 @@ RELAY_RELEASE = f"UPDATE holds_invocation SET lease_until = NULL WHERE id = ANY(
 
 # One delivery attempt and its audit event, which always go together. Pinned by test_task_deliver
 # (attempt rows and the audit log).
-WRITE_ATTEMPT = f"""
-WITH attempt AS (
-    INSERT INTO holds_deliveryattempt (invocation_id, number, started_at, latency_ms, status_code, outcome, error)
-    VALUES (%(invocation)s, %(attempt)s, %(started_at)s, %(latency_ms)s, %(status_code)s, %(result)s, %(error)s)
+_INSERT_ATTEMPT = (
+    "INSERT INTO holds_deliveryattempt (invocation_id, number, started_at, latency_ms, status_code, outcome, error)"
+    " SELECT %(id)s, %(attempt)s, %(started_at)s, %(latency_ms)s, %(status_code)s, %(result)s, %(error)s"
 )
+_AUDIT_ATTEMPT = (
+    "INSERT INTO holds_auditevent (at, actor, kind, run_id_ref, hold_id_ref, invocation_id_ref, data)"
+    f" SELECT %(at)s, %(actor)s, {lit(AuditKind.INVOCATION_ATTEMPT)}, %(run)s, NULL, %(id)s, %(data)s::jsonb"
+)
+WRITE_ATTEMPT = f"WITH attempt AS ({_INSERT_ATTEMPT}) {_AUDIT_ATTEMPT}"
+
+# The common answer, "completed" with an output its schema accepts, recorded in the round trip of its locks
+# (services.delivery._record_completed): first the claimed invocation and its run locked as LOCK_CLAIMED
+# locks them, then, with a snapshot taken after those locks, one statement that writes what the general
+# path writes for it (SET_INVOCATION, FINISH_RUN with nothing to cancel, WRITE_ATTEMPT) where that path
+# would write nothing else: the claim is still this attempt's, the run is not finished, it has no pending
+# hold and no unsent invocation to cancel, this invocation asked no hold (LOCK_ASKED would lock it), the
+# endpoint is neither stalled nor failing (so _note_stall has nothing to clear), and the output schema is
+# still the one the output was checked against. No row back: nothing was written, and the general path
+# records the answer. Pinned by test_task_deliver (each way back to it) and performance/test_round_trips.
+LOCK_CLAIM_ROWS = f"SELECT 1 FROM holds_invocation AS i JOIN holds_run AS r ON r.id = i.run_id WHERE {_STILL_CLAIMED}"
+LOCK_CLAIM_ROWS += " FOR NO KEY UPDATE OF i, r"
+RECORD_COMPLETED = f"""
+WITH ok AS (
+    SELECT i.id, i.run_id FROM holds_invocation AS i
+    JOIN holds_run AS r ON r.id = i.run_id JOIN holds_capability AS c ON c.id = r.capability_id
+    WHERE {_STILL_CLAIMED} AND r.status NOT IN ({", ".join(lit(s) for s in FINISHED_RUN)})
+      AND c.endpoint_stalled_at IS NULL AND c.endpoint_failures = 0
+      AND c.output_schema IS NOT DISTINCT FROM %(schema)s::jsonb
+      AND NOT EXISTS (SELECT 1 FROM holds_hold AS h WHERE h.invocation_id = i.id)
+      AND NOT EXISTS (SELECT 1 FROM holds_hold AS h WHERE h.run_id = i.run_id AND h.status = {PENDING_HOLD})
+      AND NOT EXISTS (SELECT 1 FROM holds_invocation AS u WHERE u.run_id = i.run_id AND u.status = ANY(%(unsent)s))
+), invocation AS (
+    UPDATE holds_invocation AS i SET status = {lit(Invocation.Status.ANSWERED)}, lease_until = NULL, last_error = '',
+           answer = %(answer)s, answered_at = %(at)s
+    FROM ok WHERE i.id = ok.id
+), run AS (
+    UPDATE holds_run AS r SET status = {lit(Run.Status.COMPLETED)}, output = %(output)s, error = '',
+           finished_at = %(at)s
+    FROM ok WHERE r.id = ok.run_id
+), attempt AS ({_INSERT_ATTEMPT} FROM ok
+), attempt_event AS ({_AUDIT_ATTEMPT} FROM ok)
 INSERT INTO holds_auditevent (at, actor, kind, run_id_ref, hold_id_ref, invocation_id_ref, data)
-VALUES (%(at)s, %(actor)s, {lit(AuditKind.INVOCATION_ATTEMPT)}, %(run)s, NULL, %(invocation)s, %(data)s::jsonb)
+SELECT %(at)s, %(actor)s, {lit(AuditKind.RUN_COMPLETED)}, %(run)s, NULL, '',
+       jsonb_build_object('error', '', 'cancelled_holds', '[]'::jsonb, 'cancelled_invocations', '[]'::jsonb)
+FROM ok RETURNING id
 """
 
 # An invocation's new status after an attempt, as save(update_fields=...) would write it. Pinned by

@@ -80,15 +80,15 @@ def test_a_decision_alone_is_a_read_and_one_round_trip_and_a_lost_one_writes_not
 
 
 @pytest.mark.django_db(transaction=True)
-def test_a_resume_delivery_is_three_round_trips(agent, acap, count_round_trips):
-    """The claim (BEGIN, SET LOCAL, the UPDATE ... RETURNING, COMMIT) is one round trip. Recording the
-    answer is two: BEGIN with the locks on the invocation, its run and the asked hold; then the
-    invocation's UPDATE, the run's finish (two statements), the attempt with its audit event and the
-    COMMIT (gateway.transaction: psycopg sends no BEGIN of its own). Pinned so that neither can creep back."""
+def test_a_resume_delivery_is_two_round_trips(agent, acap, count_round_trips):
+    """The claim (BEGIN, SET LOCAL, the UPDATE ... RETURNING, COMMIT) is one round trip. Recording a
+    "completed" answer is one more: BEGIN, the locks on the invocation and its run, the statement that
+    writes the answer, the run's finish, the attempt and both audit events, and COMMIT
+    (sql.RECORD_COMPLETED). Pinned so that neither can creep back."""
     resume = _decided_resume(acap)
     with count_round_trips() as sent:
         assert delivery.deliver(resume.id) == "answered"
-    assert (sent.round_trips, sent.statements) == (3, 12), sent
+    assert (sent.round_trips, sent.statements) == (2, 8), sent
     assert agent.requests[-1]["headers"]["webhook-id"] == resume.id
     resume.refresh_from_db()
     assert resume.status == Invocation.Status.ANSWERED
@@ -101,9 +101,9 @@ def test_a_resume_delivery_costs_a_fixed_number_of_queries(agent, acap, django_a
     """Inside a test's transaction (savepoints instead of BEGIN and COMMIT)."""
     resume = _decided_resume(acap)
     # PostgreSQL: claim (savepoint, one text with SET LOCAL and the UPDATE ... RETURNING, release);
-    # record (savepoint, one text with the two locks, one with the writes: the invocation, the run's
-    # finish in two statements and the attempt; release).
-    with django_assert_num_queries(7):
+    # record (one text with the locks and the statement that writes the rest; no savepoint of its own:
+    # it only writes when it writes it all).
+    with django_assert_num_queries(4):
         assert delivery.deliver(resume.id) == "answered"
     assert agent.requests[-1]["headers"]["webhook-id"] == resume.id
 
