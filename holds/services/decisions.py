@@ -18,8 +18,8 @@ from .quorum import approve, is_approval, state
 
 
 def _hold_to_decide(hold_id: int) -> tuple[Hold | None, list[HoldItem]]:
-    statement, columns = sql.DECIDE.parts()
-    found = gateway.fetch(statement, [hold_id])
+    found = sql.DECIDE.rows([hold_id])
+    columns = sql.DECIDE.parts()[1]
     if not found:
         return None, []
     *head, item_columns = columns
