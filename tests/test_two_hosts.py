@@ -129,6 +129,8 @@ class CountingAgent:
         self.deliveries: list[tuple[str, str, str, float]] = []  # (webhook-id, kind, sender, monotonic)
         self.in_flight: dict[str, set[str]] = defaultdict(set)  # sender -> webhook-ids being answered
         self.asks: Counter = Counter()
+        # One client for the 1,000 asks: a client of its own loads the CA bundle again (27 ms of CPU each).
+        self.client = httpx.Client(timeout=30)
         agent = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -144,11 +146,10 @@ class CountingAgent:
                         time.sleep(AGENT_DELAY)
                         answer = {"status": "completed", "output": {"by": body["resume"]["resolved_by"]}}
                     else:
-                        asked = httpx.post(
+                        asked = agent.client.post(
                             f"{invocation['api_url']}/v0/holds",
                             json=factories.ask_body(),
                             headers={"x-agentos-run-token": invocation["run_token"]},
-                            timeout=30,
                         )
                         asked.raise_for_status()
                         with agent.lock:
@@ -180,6 +181,7 @@ class CountingAgent:
     def close(self):
         self.server.shutdown()
         self.server.server_close()
+        self.client.close()
 
 
 @pytest.fixture

@@ -28,6 +28,7 @@ from .errors import (
 )
 from .receipts import ReceiptError, check_resume, verify_receipt
 from .resume import Eval, Resume
+from .tls import tls_context
 
 T = TypeVar("T")
 _MISSING: Any = object()
@@ -43,7 +44,7 @@ class _Api:
     def __init__(self, api_url: str, run_token: str, timeout: float = 30.0, max_retries: int = 3):
         self.base = api_url.rstrip("/")
         self.max_retries = max_retries
-        self._client = httpx.Client(headers={TOKEN_HEADER: run_token}, timeout=timeout)
+        self._client = httpx.Client(headers={TOKEN_HEADER: run_token}, timeout=timeout, verify=tls_context())
 
     def request(
         self, method: str, path: str, *, expect: tuple[int, ...] = (200, 201, 204), **kw: Any

@@ -19,6 +19,7 @@ from typing import Any
 import httpx
 
 from .errors import AgentOSError
+from .tls import tls_context
 
 ALGORITHMS = ("Ed25519", "EdDSA")  # the fully-specified name (RFC 9864) and its older one
 
@@ -122,7 +123,7 @@ def _cached_key(jwks_url: str, kid: Any, timeout: float):
 
 def _fetch(jwks_url: str, timeout: float) -> dict[str, Any]:
     try:
-        response = httpx.get(jwks_url, timeout=timeout)
+        response = httpx.get(jwks_url, timeout=timeout, verify=tls_context())
         response.raise_for_status()
         return response.json()
     except (httpx.HTTPError, ValueError) as exc:

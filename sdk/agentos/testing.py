@@ -26,6 +26,7 @@ from urllib.parse import unquote, urlsplit
 import httpx
 
 from .signing import sign
+from .tls import tls_context
 
 if TYPE_CHECKING:
     from typing import Self
@@ -230,7 +231,9 @@ class FakeReviewQueue:
         body = json.dumps(payload).encode()
         headers = sign(self.secret, payload["invocation"]["id"], body)
         headers["content-type"] = "application/json"
-        return httpx.post(endpoint.rstrip("/") + "/invoke", content=body, headers=headers, timeout=60)
+        return httpx.post(
+            endpoint.rstrip("/") + "/invoke", content=body, headers=headers, timeout=60, verify=tls_context()
+        )
 
     def deliver(self, run_id: str, resume: dict[str, Any] | None = None) -> dict[str, Any]:
         """Send one invocation, apply its answer to the run, and return the answer."""
