@@ -21,8 +21,9 @@ is measured this way:
   CHECKPOINT, so that both begin with clean pages and pay full-page images alike (a run with no
   CHECKPOINT between them gave the same ratio). Neither is timed.
 - The sweepers keep their connections for the whole run, as a worker does.
-- The floor pays no COMMIT, which each of the sweep's batches pays (with its deferred foreign-key
-  checks). That leaves the floor a little high, never low: the ratio is not flattered.
+- A floor sample's batches share one transaction per sweeper, rolled back, so the floor pays no
+  COMMIT, which each of the sweep's batches pays (with its deferred foreign-key checks). That leaves
+  the floor a little high, never low: the ratio is not flattered.
 
 Both the floor and the sweep run as RQ_SWEEPERS sweepers side by side (2: the beat's sweep and the
 helper a backlog asks for, holds.tasks.sweep_expired), each on its own connection.
