@@ -5,7 +5,8 @@ Not part of `make bench` (it prints, it does not save): run it alone before chan
 time, against bench/receiver.py's agent: N decided holds' resumes (default 400), each delivered as
 holds/delivery.deliver does it, with each part timed (wall and this process's CPU) and its round trips
 counted; the same N resumes' bare POSTs beside them; then a cProfile of N more deliveries, whose top
-functions by own time are printed. Rows in the table are medians per delivery.
+functions by own CPU time are printed (the agent's thread in this process included; waiting for
+PostgreSQL counts nothing). Rows in the table are medians per delivery.
 """
 
 import cProfile
@@ -99,7 +100,7 @@ def main():
     commit_ways(cap, N)
 
     ids = resumes(N)
-    profile = cProfile.Profile()
+    profile = cProfile.Profile(time.process_time)
     profile.enable()
     for invocation_id in ids:
         delivery.deliver(invocation_id)
