@@ -28,7 +28,6 @@ from django.utils import timezone
 
 from . import push, slack
 from .config import REMIND_BEFORE, REMIND_MIN_LIFE
-from .delivery import shared_client
 from .messages import hold_url, one_line, slack_escape
 from .models import Capability, Hold, Notification, Role
 from .policy import acting_for, deciders_of
@@ -269,8 +268,7 @@ def _failed(row: Notification, exc: Exception) -> None:
 
 
 def _post_webhook(url: str, payload: dict) -> str:
-    # The process's shared client: a client of its own would load the CA bundle again, tens of ms.
-    response = shared_client().post(
+    response = httpx.post(
         url,
         json=payload,
         timeout=settings.RQ_WEBHOOK_TIMEOUT,

@@ -23,6 +23,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import httpx
 import pytest
+from agentos.tls import tls_context
 from django.db import connection, connections
 from django.db.models import F, Sum
 from django.db.models.functions import Now
@@ -129,8 +130,6 @@ class CountingAgent:
         self.deliveries: list[tuple[str, str, str, float]] = []  # (webhook-id, kind, sender, monotonic)
         self.in_flight: dict[str, set[str]] = defaultdict(set)  # sender -> webhook-ids being answered
         self.asks: Counter = Counter()
-        # One client for the 1,000 asks: a client of its own loads the CA bundle again (27 ms of CPU each).
-        self.client = httpx.Client(timeout=30)
         agent = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -146,10 +145,15 @@ class CountingAgent:
                         time.sleep(AGENT_DELAY)
                         answer = {"status": "completed", "output": {"by": body["resume"]["resolved_by"]}}
                     else:
-                        asked = agent.client.post(
+                        # A connection of its own, as before, with the one TLS context (a client of its
+                        # own would load the CA bundle again, 27 ms of CPU). Keeping one client's
+                        # connections alive raced gunicorn closing them: "connection reset" on an ask.
+                        asked = httpx.post(
                             f"{invocation['api_url']}/v0/holds",
                             json=factories.ask_body(),
                             headers={"x-agentos-run-token": invocation["run_token"]},
+                            timeout=30,
+                            verify=tls_context(),
                         )
                         asked.raise_for_status()
                         with agent.lock:
@@ -181,7 +185,6 @@ class CountingAgent:
     def close(self):
         self.server.shutdown()
         self.server.server_close()
-        self.client.close()
 
 
 @pytest.fixture
