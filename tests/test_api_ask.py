@@ -227,10 +227,31 @@ def test_it_keeps_numbers_exact(api, live):
     assert isinstance(data["i"], int) and isinstance(data["x"], float)
 
 
-def test_it_refuses_numbers_beyond_float64(api, live):
-    raw = '{"intent": "n", "items": [{"id": "a", "title": "t", "data": {"e": 1e400}}]}'
+@pytest.mark.parametrize(
+    "number",
+    [
+        "1e400",
+        "-1E+309",
+        "1" + "0" * 309 + ".5",  # no exponent: 310 digits before the point
+        "2" + "0" * 209 + ".0e99",  # a two-digit exponent on 210 digits
+        "1" * 600 + "e-100",  # a negative exponent on more digits than it takes back
+    ],
+)
+def test_it_refuses_numbers_beyond_float64(api, live, number):
+    raw = '{"intent": "n", "items": [{"id": "a", "title": "t", "data": {"e": ' + number + "}}]}"
     response = api.post("/v0/holds", raw=raw, token=live[2])
     assert response.status_code == 400 and response.json()["error"] == "bad_json"
+
+
+def test_numbers_just_inside_float64_are_kept(api, live):
+    # parse_json checks each number only where one might overflow: both sides of that shortcut.
+    numbers = {"two_digit_exponent": "9" * 209 + ".9e99", "largest": "1.7976931348623157e308", "small": "1e-400"}
+    data = ", ".join(f'"{k}": {v}' for k, v in numbers.items())
+    raw = '{"intent": "n", "items": [{"id": "a", "title": "t", "data": {' + data + "}}]}"
+    response = api.post("/v0/holds", raw=raw, token=live[2])
+    assert response.status_code == 201, response.content
+    data = HoldItem.objects.get().data
+    assert data == {k: float(v) for k, v in numbers.items()}
 
 
 def test_an_invocation_asks_at_most_one_hold_even_after_its_first_was_decided(api, live, member_key):

@@ -109,15 +109,24 @@ def test_it_checks_a_schema_under_the_draft_it_names(api, live):
 
 
 def test_it_fingerprints_each_item_whole(cap):
+    from holds.services.asks import item_rows
+
     base = dict(intent="i", actions=["approve"], details="", files=[])
-    plain = services.hold_fingerprint(items=[item(1)], **base)
-    assert plain == services.hold_fingerprint(items=[item(1, actions=None, details=None, schema=None)], **base)
+
+    def fingerprint(*items):
+        return services.hold_fingerprint(rows=item_rows(list(items)), **base)
+
+    plain = fingerprint(item(1))
+    assert plain == fingerprint(item(1, actions=None, details=None, schema=None))
     others = {
-        services.hold_fingerprint(items=[item(1, actions=["reject"])], **base),
-        services.hold_fingerprint(items=[item(1, details="d")], **base),
-        services.hold_fingerprint(items=[item(1, schema={"type": "object"})], **base),
+        fingerprint(item(1, actions=["reject"])),
+        fingerprint(item(1, details="d")),
+        fingerprint(item(1, schema={"type": "object"})),
+        fingerprint(item(1, data={"amount": 2})),
+        fingerprint(item(1), item(2)),
+        services.hold_fingerprint(rows=item_rows([item(1)]), **dict(base, intent="j")),
     }
-    assert len(others) == 3 and plain not in others
+    assert len(others) == 6 and plain not in others
 
 
 def test_it_renders_every_items_details_under_the_asks_one_budget(api, live, cap):

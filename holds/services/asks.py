@@ -23,18 +23,15 @@ from .tokens import invocation_for_token
 OPTIONAL_ITEM_PARTS = ("actions", "details", "schema")
 
 
-def hold_fingerprint(*, intent: str, actions, details: str, items: list[dict], files) -> str:
-    """What the browser's form carries: a decision on a page that no longer shows the hold is refused."""
-    # Each item whole (its own actions, details and schema too); optional parts it did not send are left
-    # out, so an item asked without them reads the same as before they existed.
-    items = [
-        {k: v for k, v in item.items() if (v is not None or k not in OPTIONAL_ITEM_PARTS) and k != "details_html"}
-        for item in items
-    ]
-    canonical = canonical_json(
-        {"intent": intent, "actions": actions, "details": details, "items": items, "files": files}
-    )
-    return hashlib.sha256(canonical.encode()).hexdigest()
+def hold_fingerprint(*, intent: str, actions, details: str, files, rows: str) -> str:
+    """What the browser's form carries: a decision on a page that no longer shows the hold is refused.
+
+    The hash of the ask's own parts (canonical JSON) and of its items as they are written (item_rows, the
+    text the ask's statement reads): each item whole, with its own actions, details and schema. Made
+    from that text rather than a second, sorted encoding of every item: for a large item that encoding
+    was a fifth of the ask's time, all of it holding the web process's GIL (docs/benchmarks-notes.md)."""
+    envelope = canonical_json({"intent": intent, "actions": actions, "details": details, "files": files})
+    return hashlib.sha256((envelope + rows).encode()).hexdigest()
 
 
 def hold_ask(*, invocation: Invocation, body) -> Hold:
@@ -56,9 +53,9 @@ def _ask(invocation: Invocation, ask, items: list[dict], errors: list[dict]) -> 
         # so that a good ask costs no extra query: the partial unique index refuses a second one.
         _refuse_second_ask(run, invocation.id)
         raise Invalid(errors)
-    hold, event = new_hold(ask, items, invocation_id=invocation.id)
+    hold, event, rows = new_hold(ask, items, invocation_id=invocation.id)
     try:
-        _insert_ask(hold, items, event, run=run)
+        _insert_ask(hold, items, rows, event, run=run)
     except IntegrityError:
         _refuse_second_ask(run, invocation.id)
         raise
@@ -92,9 +89,9 @@ def hold_ask_by_token(*, token: str, body) -> Hold | None:
         # schemas (a 256 KiB ask read twice cost 100 ms of the web process) and checking its files.
         errors = errors + item_schema_compile_problems(body, errors)
         return _ask(invocation, *_with_files(body, invocation.run, ask, errors))
-    hold, event = new_hold(ask, items, invocation_id=invocation_id)
+    hold, event, rows = new_hold(ask, items, invocation_id=invocation_id)
     try:
-        written = _insert_ask(hold, items, event, token_hash=sha256_hex(token))
+        written = _insert_ask(hold, items, rows, event, token_hash=sha256_hex(token))
     except IntegrityError:
         # The run has an open hold or this invocation asked already (409), unless the token died since
         # the statement ran (401).
@@ -125,13 +122,15 @@ def _with_files(body, run: Run | None, ask, errors: list[dict]) -> tuple:
     return ask, items, errors
 
 
-def new_hold(ask, items: list[dict], *, invocation_id: str) -> tuple[Hold, AuditEvent]:
-    """The hold and its audit event, without what comes from the run (filled in as they are written)."""
+def new_hold(ask, items: list[dict], *, invocation_id: str) -> tuple[Hold, AuditEvent, str]:
+    """The hold, its audit event and its items' rows (item_rows), without what comes from the run
+    (filled in as they are written)."""
     confidences = [v for item in items for v in item["confidence"].values()]
     # The hold's details and every item's, under one time and size budget for the whole ask.
     rendered = markup.render_all([ask.details] + [item["details"] or "" for item in items])
     for n, item in enumerate(items, start=1):
         item["details_html"] = rendered[n] if rendered and item["details"] else None
+    rows = item_rows(items)
     hold = Hold(
         details_html=rendered[0] if rendered else None,
         invocation_id=invocation_id,
@@ -143,7 +142,7 @@ def new_hold(ask, items: list[dict], *, invocation_id: str) -> tuple[Hold, Audit
         item_count=len(items),
         min_confidence=min(confidences) if confidences else None,
         fingerprint=hold_fingerprint(
-            intent=ask.intent, actions=list(ask.actions), details=ask.details, items=items, files=list(ask.files)
+            intent=ask.intent, actions=list(ask.actions), details=ask.details, files=list(ask.files), rows=rows
         ),
     )
     event = AuditEvent(
@@ -151,7 +150,31 @@ def new_hold(ask, items: list[dict], *, invocation_id: str) -> tuple[Hold, Audit
         invocation_id_ref=invocation_id,
         data={"intent": ask.intent, "items": len(items), "expires_in": ask.expires_in},
     )
-    return hold, event
+    return hold, event, rows
+
+
+def item_rows(items: list[dict]) -> str:
+    """The items as one JSON text that the ask's statement reads as rows (sql.ask). Data and schema are
+    spliced in as the exact text their columns keep (ExactJSONField), not encoded a second time as
+    strings inside it: the statement reads them as json, whose text PostgreSQL keeps as written."""
+    exact = HoldItem._meta.get_field("data").get_prep_value
+    rows = []
+    for n, item in enumerate(items):
+        head = json.dumps(
+            {
+                "position": n,
+                "item_id": item["id"],
+                "title": item["title"],
+                "confidence": item.get("confidence") or {},
+                # Optional parts not sent read as if sent empty: one item, one text.
+                "actions": item.get("actions") or None,
+                "details": item.get("details") or "",
+                "details_html": item.get("details_html"),
+            },
+            ensure_ascii=False,
+        )
+        rows.append(f'{head[:-1]},"data":{exact(item["data"])},"schema":{exact(item.get("schema")) or "null"}}}')
+    return "[" + ",".join(rows) + "]"
 
 
 def search_parts(hold: Hold, items: list[dict]) -> tuple[str, str]:
@@ -165,43 +188,28 @@ def search_parts(hold: Hold, items: list[dict]) -> tuple[str, str]:
 _ASK_RUN_COLUMNS = ("run_id", "capability_id", "search_text")
 
 
-def ask_statement(hold: Hold, items: list[dict], event: AuditEvent, *, run: Run | None, token_hash) -> tuple:
+def ask_statement(hold: Hold, items: list[dict], rows: str, event: AuditEvent, *, run: Run | None, token_hash) -> tuple:
     """sql.ask and its parameters for this hold: for `run`, or for the run whose live token hashes to
-    `token_hash`. The hold and audit row are written from their model instances as the ORM would."""
+    `token_hash`. The hold and audit row are written from their model instances as the ORM would, the
+    items from their rows (item_rows)."""
     head, tail = search_parts(hold, items)
     if run is not None:
         params = [run.pk, run.capability_id]
     else:
         params = [hold.invocation_id, token_hash]
     hold_columns, values = insert_values(hold, skip=_ASK_RUN_COLUMNS)
-    params += [head, tail, *values]
-    # The items as one JSON text that the statement reads as rows (JSON null is SQL NULL there): data
-    # and schema go in as the exact text their column keeps (ExactJSONField), confidence as JSON.
-    exact = HoldItem._meta.get_field("data").get_prep_value
-    rows = [
-        {
-            "position": n,
-            "item_id": i["id"],
-            "title": i["title"],
-            "data": exact(i["data"]),
-            "confidence": i["confidence"],
-            "actions": i["actions"] or None,
-            "details": i["details"] or "",
-            "details_html": i.get("details_html"),
-            "schema": exact(i["schema"]),
-        }
-        for n, i in enumerate(items)
-    ]
-    params.append(json.dumps(rows, ensure_ascii=False))
+    params += [head, tail, *values, rows]
     event_columns, values = insert_values(event, skip=("hold_id_ref", "run_id_ref", "actor"))
     params += values
     return sql.ask(hold_columns, event_columns, by_token=run is None), params
 
 
-def _insert_ask(hold: Hold, items: list[dict], event: AuditEvent, *, run: Run | None = None, token_hash=None) -> bool:
+def _insert_ask(
+    hold: Hold, items: list[dict], rows: str, event: AuditEvent, *, run: Run | None = None, token_hash=None
+) -> bool:
     """Writes a hold with everything that goes with it, all or nothing, in one statement (sql.ask).
     False: no live token hashes to `token_hash`, and nothing was written."""
-    statement, params = ask_statement(hold, items, event, run=run, token_hash=token_hash)
+    statement, params = ask_statement(hold, items, rows, event, run=run, token_hash=token_hash)
     # Alone it needs no transaction. Inside a caller's, a savepoint keeps a refused ask (the unique
     # index on pending holds) from aborting that transaction.
     with transaction.atomic() if connection.in_atomic_block else nullcontext():

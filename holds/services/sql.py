@@ -140,8 +140,9 @@ SELECT id FROM done
 
 @functools.cache
 def ask(hold_columns: tuple[str, ...], event_columns: tuple[str, ...], *, by_token: bool) -> str:
-    """An ask in one statement: the hold, its items (one JSON array of rows: one text serves 1 to 100
-    items, and a large item costs one JSON encoding, not a second pass into array literals), its audit
+    """An ask in one statement: the hold, its items (one JSON array of rows, services.asks.item_rows: one
+    text serves 1 to 100 items, and a large item costs one JSON encoding, not a second pass into array
+    literals), its audit
     event and its +1 pending count, written only if the run's token is live. Its first part, `t`, is the
     run: the given one, or the token's, found by primary key and MATERIALIZED so that the liveness test
     stays a filter on that one row. Pinned by test_api_ask (the dead-token cases) and performance/
@@ -163,10 +164,11 @@ def ask(hold_columns: tuple[str, ...], event_columns: tuple[str, ...], *, by_tok
         " i AS (INSERT INTO holds_holditem"
         " (hold_id, position, item_id, title, data, confidence, actions, details, details_html, schema,"
         " action, decided_data, comment)"
-        " SELECT h.id, x.position, x.item_id, x.title, x.data, x.confidence, x.actions, x.details,"
-        " x.details_html, x.schema, '', NULL, NULL"
-        " FROM h, jsonb_to_recordset(%s::jsonb) AS x(position int, item_id text, title text, data text,"
-        " confidence jsonb, actions jsonb, details text, details_html text, schema text)),"
+        " SELECT h.id, x.position, x.item_id, x.title, x.data::text, x.confidence, x.actions, x.details,"
+        " x.details_html, x.schema::text, '', NULL, NULL"
+        # json, not jsonb: a json value's text is kept as written, so data and schema arrive exact.
+        " FROM h, json_to_recordset(%s::json) AS x(position int, item_id text, title text, data json,"
+        " confidence jsonb, actions jsonb, details text, details_html text, schema json)),"
         f" a AS (INSERT INTO holds_auditevent (hold_id_ref, run_id_ref, actor, {', '.join(event_columns)})"
         f" SELECT h.id, h.run_id, 'run r_' || h.run_id, {', '.join(['%s'] * len(event_columns))} FROM h),"
         " p AS (INSERT INTO holds_pendingcount (capability_id, delta) SELECT h.capability_id, 1 FROM h)"

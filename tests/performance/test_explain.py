@@ -47,8 +47,8 @@ def test_an_ask_finds_its_token_by_primary_key_in_its_own_statement(seeded):
 
     invocation = Invocation.objects.order_by("pk").first()
     ask, items, _ = asks.read_ask(factories.ask_body(), None)
-    hold, event = asks.new_hold(ask, items, invocation_id=invocation.id)
-    statement, params = asks.ask_statement(hold, items, event, run=None, token_hash=invocation.token_hash)
+    hold, event, rows = asks.new_hold(ask, items, invocation_id=invocation.id)
+    statement, params = asks.ask_statement(hold, items, rows, event, run=None, token_hash=invocation.token_hash)
     text = "\n".join(row[0] for row in gateway.fetch("EXPLAIN " + statement, params))
     # Not the partial index of live invocations, searched for the id (it grows with the backlog).
     assert "Index Scan using holds_invocation_pkey" in text and "invocation_outbox_due" not in text, text
