@@ -156,10 +156,12 @@ def new_hold(ask, items: list[dict], *, invocation_id: str) -> tuple[Hold, Audit
 def item_rows(items: list[dict]) -> str:
     """The items as one JSON text that the ask's statement reads as rows (sql.ask). Data and schema are
     spliced in as the exact text their columns keep (ExactJSONField), not encoded a second time as
-    strings inside it: the statement reads them as json, whose text PostgreSQL keeps as written."""
+    strings inside it: the statement reads them as json, whose text PostgreSQL keeps as written. Each
+    item keeps its data's text as `data_text`, for the rules at the ask (rules.item_flags reads it)."""
     exact = HoldItem._meta.get_field("data").get_prep_value
     rows = []
     for n, item in enumerate(items):
+        item["data_text"] = exact(item["data"])
         head = json.dumps(
             {
                 "position": n,
@@ -173,7 +175,7 @@ def item_rows(items: list[dict]) -> str:
             },
             ensure_ascii=False,
         )
-        rows.append(f'{head[:-1]},"data":{exact(item["data"])},"schema":{exact(item.get("schema")) or "null"}}}')
+        rows.append(f'{head[:-1]},"data":{item["data_text"]},"schema":{exact(item.get("schema")) or "null"}}}')
     return "[" + ",".join(rows) + "]"
 
 

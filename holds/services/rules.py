@@ -285,6 +285,7 @@ def decide_at_ask(hold: Hold, items: list[dict], *, versions: tuple[int, int], c
             run_input=run_input,
             capability=capability_name,
             flags=compiled.flags,
+            data_text=item.get("data_text"),
         )
         choices.append(_first_match(compiled, context, offers, now))
     quorums = [decided_by for action, decided_by, _ in choices if action == "quorum"]
