@@ -7,6 +7,7 @@ an Outcome, and hands that to services to record.
 import base64
 import hashlib
 import hmac
+import http.cookiejar
 import json
 import threading
 import time
@@ -144,6 +145,13 @@ def post_within(client: httpx.Client | None, url: str, body: bytes, headers: dic
         )
 
 
+def _keeps_none() -> http.cookiejar.CookieJar:
+    """A cookie jar that keeps no cookie: the one client serves every agent, and a cookie one agent set
+    would go back to it on every later call and to every other agent on its host (a cookie does not
+    name a port). An agent knows its run by the invocation, not by a session."""
+    return http.cookiejar.CookieJar(policy=http.cookiejar.DefaultCookiePolicy(allowed_domains=[]))
+
+
 _client: httpx.Client | None = None
 _client_lock = threading.Lock()
 
@@ -156,7 +164,9 @@ def shared_client() -> httpx.Client:
     if _client is None:
         with _client_lock:
             if _client is None:
-                _client = httpx.Client(limits=httpx.Limits(max_connections=100, max_keepalive_connections=20))
+                _client = httpx.Client(
+                    limits=httpx.Limits(max_connections=100, max_keepalive_connections=20), cookies=_keeps_none()
+                )
     return _client
 
 

@@ -60,6 +60,26 @@ def test_it_is_safe_to_call_twice(agent, acap):
     assert len(agent.requests) == 1
 
 
+def test_no_agent_gets_a_cookie_any_agent_set(agent, acap):
+    # One HTTP client serves every agent a worker calls: a cookie that one agent set went back to it on
+    # every later call, and to every other agent on the same host (a cookie does not name a port).
+    from tests.agent_double import AgentDouble
+
+    other = AgentDouble()
+    try:
+        other_cap = factories.capability(name="other_agent", endpoint=other.url, timeout_seconds=2.0)
+        completed = {"status": "completed", "output": {}}
+        agent.script = [(200, completed, {"Set-Cookie": "session=agent-a-only; Path=/"})]
+        for cap in (acap, other_cap, acap):
+            run = factories.start_run(cap)
+            assert delivery.deliver(Invocation.objects.get(run=run).id) == "answered"
+        sent = [request["headers"] for request in agent.requests + other.requests]
+        assert len(sent) == 3
+        assert [name for headers in sent for name in headers if name.lower() == "cookie"] == []
+    finally:
+        other.close()
+
+
 def test_500s_retry_on_the_schedule_then_deliver_with_the_same_id(agent, acap):
     agent.script = [(500, {}), (500, {}), (503, b"busy"), (200, {"status": "completed", "output": {"ok": True}})]
     run = factories.start_run(acap)
