@@ -20,8 +20,6 @@ from .gateway import insert_values
 from .rules import decide_at_ask
 from .tokens import invocation_for_token
 
-OPTIONAL_ITEM_PARTS = ("actions", "details", "schema")
-
 
 def hold_fingerprint(*, intent: str, actions, details: str, files, rows: str) -> str:
     """What the browser's form carries: a decision on a page that no longer shows the hold is refused.
