@@ -5,6 +5,7 @@ import pytest
 from django.db import connection
 
 from tests import factories
+from tests.emptying import empty_tables
 
 IN_CI = os.environ.get("CI") == "true"
 
@@ -17,6 +18,14 @@ def require(what: str, present: bool) -> None:
     if IN_CI:
         pytest.fail(message + " (CI=true: a missing service is a failure)")
     pytest.skip(message)
+
+
+def pytest_configure(config):
+    # After each transactional test its tables are emptied by tests/emptying.py, not by Django's flush
+    # (140 ms a test, 250 tests): the same end, in about 1 ms.
+    from django.test import TransactionTestCase
+
+    TransactionTestCase._fixture_teardown = empty_tables
 
 
 @pytest.fixture(autouse=True)
