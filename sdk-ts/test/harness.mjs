@@ -105,11 +105,22 @@ export class Service {
   }
 
   async api(method, path, body) {
-    const resp = await fetch(this.url + path, {
-      method,
-      headers: { authorization: `Bearer ${this.key}`, "content-type": "application/json" },
-      body: body === undefined ? undefined : JSON.stringify(body),
-    });
+    const send = () =>
+      fetch(this.url + path, {
+        method,
+        headers: { authorization: `Bearer ${this.key}`, "content-type": "application/json" },
+        body: body === undefined ? undefined : JSON.stringify(body),
+      });
+    let resp;
+    try {
+      resp = await send();
+    } catch (err) {
+      // gunicorn closes a kept-alive connection after 2 s idle, and fetch keeps one for 4 s: a request sent
+      // on it as the server closes it fails unanswered ("other side closed"; seen with five files at once).
+      // A GET is sent again on a new connection; anything else fails as it did.
+      if (method !== "GET" || err?.cause?.code !== "UND_ERR_SOCKET") throw err;
+      resp = await send();
+    }
     const text = await resp.text();
     const json = (resp.headers.get("content-type") ?? "").includes("json");
     return { status: resp.status, body: json && text ? JSON.parse(text) : text, headers: resp.headers };
