@@ -53,10 +53,12 @@ class DedupingAgent(AgentDouble):
 
 
 def test_a_sigkilled_worker_mid_delivery_is_redelivered_with_the_same_webhook_id(procs, member_key):
-    agent = DedupingAgent(first_delay=4.0)
+    # The kill comes within a poll (0.2 s) of the first request's arrival, well inside the agent's delay.
+    agent = DedupingAgent(first_delay=2.0)
     try:
-        # The timeout is longer than the agent's delay: only the kill can make this a redelivery.
-        cap = factories.capability(endpoint=agent.url, timeout_seconds=10.0)
+        # The timeout is longer than the agent's delay: only the kill can make this a redelivery. The
+        # redelivery waits for the lease (timeout + RQ_LEASE_GRACE 1 s) to run out: 6 s, not 11 as with 10.
+        cap = factories.capability(endpoint=agent.url, timeout_seconds=5.0)
         redis_url = procs.redis(free_port())
         env = service_env(redis_url=redis_url)
         procs.worker(env)

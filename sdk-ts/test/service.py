@@ -1,4 +1,5 @@
-"""The real Review Queue for the TypeScript SDK's tests: a fresh PostgreSQL database, a private Redis,
+"""The real Review Queue for the TypeScript SDK's tests: a fresh PostgreSQL database (a copy of a migrated
+template, `migrated_template`, which stays on the server for the next run), a private Redis,
 gunicorn, a Celery worker and beat (tests/processes.py starts them as the Python e2e tests do).
 
     python sdk-ts/test/service.py --database NAME --capabilities '{"pay_invoices": {"endpoint": …, "secret": …}}'
@@ -15,9 +16,11 @@ now rather than waiting out the minute; the beat's sweep and the worker still do
 """
 
 import argparse
+import hashlib
 import json
 import os
 import signal
+import subprocess
 import sys
 import tempfile
 import threading
@@ -31,6 +34,33 @@ sys.path.insert(0, str(ROOT))
 def database_url(name: str) -> str:
     base = urlsplit(os.environ.get("DATABASE_URL") or "postgres://postgres@127.0.0.1:5432/reviewqueue")
     return urlunsplit(base._replace(path="/" + name))
+
+
+def migrated_template(conn) -> str:
+    """A database with every migration applied, which each service's fresh database copies (0.2 s) instead
+    of migrating its own (3 s of CPU, six services a run). Made once per set of migrations: its name
+    carries their hash, so a changed migration makes a new one (and the old ones are dropped). Three test
+    files start their services at once: an advisory lock lets one make it while the others wait."""
+    digest = hashlib.sha256()
+    for path in sorted((ROOT / "holds" / "migrations").glob("*.py")):
+        digest.update(path.name.encode() + b"\0" + path.read_bytes())
+    prefix = "rq_ts_template_"
+    name = prefix + digest.hexdigest()[:16]
+    conn.execute("SELECT pg_advisory_lock(hashtext(%s))", [prefix])
+    try:
+        if conn.execute("SELECT FROM pg_database WHERE datname = %s", [name]).fetchone() is None:
+            stale = conn.execute("SELECT datname FROM pg_database WHERE datname LIKE %s", [prefix + "%"]).fetchall()
+            for (old,) in stale:
+                conn.execute(f'DROP DATABASE "{old}" WITH (FORCE)')
+            making = name + "_making"  # renamed once migrated: a run killed midway leaves no half-made template
+            conn.execute(f'DROP DATABASE IF EXISTS "{making}" WITH (FORCE)')
+            conn.execute(f'CREATE DATABASE "{making}"')
+            env = dict(os.environ, DATABASE_URL=database_url(making))
+            subprocess.run([sys.executable, str(ROOT / "manage.py"), "migrate", "-v0"], env=env, check=True)
+            conn.execute(f'ALTER DATABASE "{making}" RENAME TO "{name}"')
+    finally:
+        conn.execute("SELECT pg_advisory_unlock(hashtext(%s))", [prefix])
+    return name
 
 
 def main() -> None:
@@ -48,12 +78,12 @@ def main() -> None:
     admin_url = urlunsplit(urlsplit(url)._replace(path="/postgres"))
     with psycopg.connect(admin_url, autocommit=True) as conn:
         conn.execute(f'DROP DATABASE IF EXISTS "{args.database}" WITH (FORCE)')
-        conn.execute(f'CREATE DATABASE "{args.database}"')
+        template = migrated_template(conn)
+        conn.execute(f'CREATE DATABASE "{args.database}" TEMPLATE "{template}"')
 
     import django
 
     django.setup()
-    from django.core.management import call_command
     from django.db import connections
 
     from holds import services
@@ -63,7 +93,6 @@ def main() -> None:
     from tests.factories import past_due
     from tests.processes import Processes, free_port, service_env
 
-    call_command("migrate", verbosity=0)
     specs = [CapabilitySpec(name=name, values=values) for name, values in json.loads(args.capabilities).items()]
     services.capabilities_sync(specs=specs, actor=SYSTEM)
     _, key = services.service_account_create(name="ts-sdk-tests", role="member", actor=SYSTEM)
