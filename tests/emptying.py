@@ -8,6 +8,8 @@ rows, is truncated when it has any. The content types and permissions are left a
 what the signal would have made again. Sequences are not reset, as the flush after a test does not.
 """
 
+import functools
+
 from django.db import connection
 
 from holds.services import gateway
@@ -21,12 +23,18 @@ APPEND_ONLY = "holds_auditevent"
 def empty_tables(_test_case=None) -> None:
     """Empties every table of the project's models but KEPT. Signature of TransactionTestCase's
     _fixture_teardown, which tests/conftest.py replaces with it."""
+    # One transaction: the foreign keys are all checked at its end (Django makes them deferred), so no
+    # order of the DELETEs is needed.
+    gateway.one_round_trip(_statements(), None)
+
+
+@functools.cache
+def _statements() -> list[str]:
+    """Made once per process: the tables do not change during a run, and finding them reads the catalog."""
     tables = sorted(set(connection.introspection.django_table_names(only_existing=True, include_views=False)) - KEPT)
     quote = connection.ops.quote_name
     statements = [f"DELETE FROM {quote(table)}" for table in tables if table != APPEND_ONLY]
     statements.append(
         f"DO $$ BEGIN IF EXISTS (SELECT FROM {quote(APPEND_ONLY)}) THEN TRUNCATE {quote(APPEND_ONLY)}; END IF; END $$"
     )
-    # One transaction: the foreign keys are all checked at its end (Django makes them deferred), so no
-    # order of the DELETEs is needed.
-    gateway.one_round_trip(statements, None)
+    return statements

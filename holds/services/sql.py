@@ -142,10 +142,9 @@ SELECT id FROM done
 def ask(hold_columns: tuple[str, ...], event_columns: tuple[str, ...], *, by_token: bool) -> str:
     """An ask in one statement: the hold, its items (one JSON array of rows, services.asks.item_rows: one
     text serves 1 to 100 items, and a large item costs one JSON encoding, not a second pass into array
-    literals), its audit
-    event and its +1 pending count, written only if the run's token is live. Its first part, `t`, is the
-    run: the given one, or the token's, found by primary key and MATERIALIZED so that the liveness test
-    stays a filter on that one row. Pinned by test_api_ask (the dead-token cases) and performance/
+    literals), its audit event and its +1 pending count, written only if the run's token is live. Its first
+    part, `t`, is the run: the given one, or the token's, found by primary key and MATERIALIZED so that the
+    liveness test stays a filter on that one row. Pinned by test_api_ask (the dead-token cases) and performance/
     (test_round_trips: one statement; test_explain: the token by primary key)."""
     if by_token:
         source = (
