@@ -170,36 +170,77 @@ def shared_client() -> httpx.Client:
     return _client
 
 
-# Calls in flight from this process, per endpoint URL: {call: when it started}. An agent that hangs is
-# only known as stalled after its first timeout; until then every delivery to it holds a worker
-# thread, and a burst to it would take them all. So once one call to an endpoint has waited over
-# RQ_SLOW_CALL seconds, the endpoint may have at most RQ_ENDPOINT_MAX_IN_FLIGHT calls in flight from
-# this process, young ones included (they are as stuck as the slow one), and its next deliveries wait
-# in the database. An endpoint with no slow call has no cap: a busy worker's fast calls are many at
-# once, and none of them is slow (docs/decisions.md, "A slow endpoint, a share of a worker's threads").
-_in_flight: dict[str, dict[object, float]] = {}
-_in_flight_lock = threading.Lock()
+class _Endpoint:
+    """What this process knows of one endpoint URL: its calls in flight ({call: when it started}), and
+    how its last call ended: None before any did, True answered (any answer, error or not, within the
+    timeout), False timed out."""
+
+    __slots__ = ("answered", "calls")
+
+    def __init__(self):
+        self.calls: dict[object, float] = {}
+        self.answered: bool | None = None
 
 
-def _take_slot(url: str) -> object | None:
-    now = time.monotonic()
-    with _in_flight_lock:
-        calls = _in_flight.setdefault(url, {})
-        if len(calls) >= settings.RQ_ENDPOINT_MAX_IN_FLIGHT and any(
-            now - started > settings.RQ_SLOW_CALL for started in calls.values()
-        ):
-            return None
-        call = object()
-        calls[call] = now
-        return call
+# An agent that hangs is only known as stalled after its first timeout; until then every delivery to it
+# holds a worker thread, and a burst to it would take them all. So a process sends an endpoint that has
+# not answered it yet, or whose last call timed out, at most RQ_UNANSWERED_IN_FLIGHT calls at once. A
+# further delivery to a new endpoint waits for its first answer while the oldest call is not yet slow (a
+# worker that has just started takes 0.1-0.2 s to its first answer, and a fast agent's burst should not
+# be deferred); otherwise it is handed back to wait RQ_BUSY_WAIT in the database. Once an endpoint has
+# answered, the cap is RQ_ENDPOINT_MAX_IN_FLIGHT, and only while one of its calls has waited over
+# RQ_SLOW_CALL (young calls count too: they are as stuck as the slow one). A busy worker's fast calls are
+# many at once and none is slow, so they have no cap (docs/decisions.md, "A slow endpoint, a share of a
+# worker's threads"). Kept in the process's memory: it protects that process's threads, and costs no
+# query.
+_endpoints: dict[str, _Endpoint] = {}
+_endpoints_changed = threading.Condition()
 
 
-def _free_slot(url: str, call: object) -> None:
-    with _in_flight_lock:
-        calls = _in_flight[url]
-        del calls[call]
-        if not calls:
-            del _in_flight[url]
+def _take_slot(url: str) -> tuple[object | None, str]:
+    """A slot for one call to `url`, or None and why the delivery waits instead."""
+    with _endpoints_changed:
+        endpoint = _endpoints.setdefault(url, _Endpoint())
+        while True:
+            now, calls = time.monotonic(), endpoint.calls
+            if not endpoint.answered and len(calls) >= settings.RQ_UNANSWERED_IN_FLIGHT:
+                first_answer_due = min(calls.values()) + settings.RQ_SLOW_CALL
+                if endpoint.answered is None and now < first_answer_due:
+                    _endpoints_changed.wait(first_answer_due - now)
+                    continue
+                return None, f"deferred: {len(calls)} calls to this endpoint were in flight, and it has not answered"
+            if (
+                endpoint.answered
+                and len(calls) >= settings.RQ_ENDPOINT_MAX_IN_FLIGHT
+                and any(now - started > settings.RQ_SLOW_CALL for started in calls.values())
+            ):
+                return None, (
+                    f"deferred: {settings.RQ_ENDPOINT_MAX_IN_FLIGHT} calls to this endpoint were in flight,"
+                    " one of them slow"
+                )
+            call = object()
+            calls[call] = now
+            return call, ""
+
+
+def _free_slot(url: str, call: object, outcome: services.Outcome | None) -> None:
+    with _endpoints_changed:
+        endpoint = _endpoints[url]
+        del endpoint.calls[call]
+        if outcome is not None:
+            endpoint.answered = not outcome.timed_out
+        _endpoints_changed.notify_all()
+
+
+def calls_in_flight() -> int:
+    with _endpoints_changed:
+        return sum(len(endpoint.calls) for endpoint in _endpoints.values())
+
+
+def forget_endpoints() -> None:
+    """For tests: a fresh process's memory (an agent double's port may be one an earlier test used)."""
+    with _endpoints_changed:
+        _endpoints.clear()
 
 
 def deliver(invocation_id: str, *, client: httpx.Client | None = None) -> str:
@@ -210,20 +251,17 @@ def deliver(invocation_id: str, *, client: httpx.Client | None = None) -> str:
     invocation = claim.invocation
     url = invocation.run.endpoint.rstrip("/") + "/invoke"
     # Waiting in the database costs nothing; waiting here would hold a worker thread.
-    call = _take_slot(url)
+    call, busy = _take_slot(url)
     if call is None:
         return services.invocation_defer(
-            invocation_id=invocation.id,
-            attempt=claim.attempt,
-            wait=settings.RQ_BUSY_WAIT,
-            reason=f"deferred: {settings.RQ_ENDPOINT_MAX_IN_FLIGHT} calls to this endpoint were in flight,"
-            " one of them slow",
+            invocation_id=invocation.id, attempt=claim.attempt, wait=settings.RQ_BUSY_WAIT, reason=busy
         )
+    outcome = None
     try:
         # The slot covers the call alone, the agent's time: recording the answer is ours.
         outcome = _call(claim, url, client)
     finally:
-        _free_slot(url, call)
+        _free_slot(url, call, outcome)
     if outcome is None:
         return DeliveryResult.DEFERRED
     return services.invocation_record(invocation_id=invocation.id, attempt=claim.attempt, outcome=outcome, claim=claim)

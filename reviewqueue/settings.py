@@ -92,6 +92,10 @@ RQ_STALLED_WAIT = env_int("RQ_STALLED_WAIT", 30)
 RQ_ENDPOINT_MAX_IN_FLIGHT = env_int("RQ_ENDPOINT_MAX_IN_FLIGHT", 8)
 RQ_SLOW_CALL = float(env_str("RQ_SLOW_CALL", "0.5"))
 RQ_BUSY_WAIT = env_int("RQ_BUSY_WAIT", 5)
+# Until an endpoint has answered a worker process (and again after a call to it timed out), that process
+# sends it at most this many calls at once; a further delivery waits for the first answer while the
+# oldest call is under RQ_SLOW_CALL, then RQ_BUSY_WAIT in the database (holds/delivery.py).
+RQ_UNANSWERED_IN_FLIGHT = env_int("RQ_UNANSWERED_IN_FLIGHT", 2)
 # An A2A task that the agent goes on working on waits in the database for the agent's push notification;
 # should that push be lost (A2A delivers pushes at best once), a worker asks GetTask after 2, 4, 8… seconds,
 # at most this many.

@@ -229,9 +229,12 @@ def live(cap):
 @pytest.fixture
 def agent():
     """A real HTTP agent on a free port that answers as each test scripts it (tests/agent_double.py)."""
+    from holds import delivery
     from tests.agent_double import AgentDouble
 
     double = AgentDouble()
+    # A new endpoint to this process, though its port may be one an earlier test's agent had.
+    delivery.forget_endpoints()
     yield double
     double.close()
 

@@ -431,40 +431,48 @@ def test_while_an_endpoint_is_stalled_concurrent_deliveries_send_one_at_a_time(a
     assert DeliveryAttempt.objects.filter(invocation_id__in=ids).count() == 1
 
 
-def _slow_endpoint_deliveries(agent, acap, settings, count: int):
+def _slow_endpoint_deliveries(agent, acap, settings, count: int, *, answered: bool = True):
     """`count` due start invocations of an agent that answers after 2.5 s (slow, not timing out),
     with a cap of two calls once one is slow (0.5 s); returns their ids, the results by id, and a
-    function that makes a thread delivering one of them on its own connection."""
+    function that makes a thread delivering one of them on its own connection (which notes when the
+    delivery ended, by id, in `ended`). With `answered`, the
+    endpoint has answered this process once already (a quick answer to another run)."""
     import threading
     import time
 
     settings.RQ_ENDPOINT_MAX_IN_FLIGHT, settings.RQ_SLOW_CALL, settings.RQ_BUSY_WAIT = 2, 0.5, 5
+    settings.RQ_UNANSWERED_IN_FLIGHT = 2
+    Capability.objects.filter(pk=acap.pk).update(timeout_seconds=10)
+    if answered:
+        assert delivery.deliver(Invocation.objects.get(run=factories.start_run(acap)).id) == "answered"
+        agent.requests.clear()
 
     def slow(request):
         time.sleep(2.5)
         return 200, {"status": "completed", "output": {}}
 
     agent.default = slow
-    Capability.objects.filter(pk=acap.pk).update(timeout_seconds=10)
     ids = [Invocation.objects.get(run=factories.start_run(acap)).id for _ in range(count)]
-    results = {}
+    results, ended = {}, {}
 
     def one(invocation_id):
         try:
             results[invocation_id] = delivery.deliver(invocation_id)
+            ended[invocation_id] = time.monotonic()
         finally:
             connection.close()
 
-    return ids, results, lambda invocation_id: threading.Thread(target=one, args=(invocation_id,))
+    return ids, results, ended, lambda invocation_id: threading.Thread(target=one, args=(invocation_id,))
 
 
 @pytest.mark.django_db(transaction=True)
 def test_one_endpoint_takes_at_most_its_share_of_a_workers_threads(agent, acap, settings):
     import time
 
-    ids, results, thread = _slow_endpoint_deliveries(agent, acap, settings, 6)
-    # Three calls start together: none is slow yet, so all three go out (no cap without a slow call).
-    # Once they have waited over RQ_SLOW_CALL, three more come: the cap of two is passed, they wait.
+    ids, results, ended, thread = _slow_endpoint_deliveries(agent, acap, settings, 6)
+    # The endpoint has answered before. Three calls start together: none is slow yet, so all three go
+    # out (no cap without a slow call). Once they have waited over RQ_SLOW_CALL, three more come: the
+    # cap of two is passed, they wait.
     first = [thread(i) for i in ids[:3]]
     for t in first:
         t.start()
@@ -475,7 +483,7 @@ def test_one_endpoint_takes_at_most_its_share_of_a_workers_threads(agent, acap, 
     for t in first + later:
         t.join()
     assert [results[i] for i in ids] == ["answered"] * 3 + ["deferred"] * 3
-    assert len(agent.requests) == 3 and delivery._in_flight == {}
+    assert len(agent.requests) == 3 and delivery.calls_in_flight() == 0
     waiting = Invocation.objects.filter(pk__in=[i for i, r in results.items() if r == "deferred"])
     assert {(w.status, w.attempts, w.first_sent_at) for w in waiting} == {("pending", 0, None)}
     assert all(3.9 <= (w.next_attempt_at - w.created_at).total_seconds() <= 7.5 for w in waiting)
@@ -486,7 +494,7 @@ def test_one_endpoint_takes_at_most_its_share_of_a_workers_threads(agent, acap, 
 def test_once_a_call_is_slow_the_young_calls_to_its_endpoint_count_too(agent, acap, settings):
     import time
 
-    ids, results, thread = _slow_endpoint_deliveries(agent, acap, settings, 3)
+    ids, results, ended, thread = _slow_endpoint_deliveries(agent, acap, settings, 3)
     # One call, then (once it is slow) a second: one slow call alone is under the cap of two, so the
     # second goes out. The third finds two calls in flight, one of them slow: it waits, although only
     # one call is slow. Counting slow calls alone let every young call to a hanging agent through.
@@ -501,7 +509,7 @@ def test_once_a_call_is_slow_the_young_calls_to_its_endpoint_count_too(agent, ac
     for t in threads:
         t.join()
     assert [results[i] for i in ids] == ["answered", "answered", "deferred"]
-    assert len(agent.requests) == 2 and delivery._in_flight == {}
+    assert len(agent.requests) == 2 and delivery.calls_in_flight() == 0
 
 
 def test_the_relay_finds_what_publishing_lost(agent, acap, monkeypatch, django_capture_on_commit_callbacks):
@@ -646,3 +654,86 @@ def test_one_failure_that_lasts_minutes_is_failing_too(acap, settings):
     )
     assert not Capability.objects.get(pk=acap.pk).endpoint_failing(now)
     assert Capability.objects.get(pk=acap.pk).endpoint_failing(now + dt.timedelta(minutes=1))
+
+
+@pytest.mark.django_db(transaction=True)
+def test_an_endpoint_that_has_not_answered_gets_two_calls_at_once(agent, acap, settings):
+    import time
+
+    # A new endpoint that hangs: two calls go out, and the next two wait for the first answer only
+    # until the oldest call is slow, then wait in the database. Before this cap, every delivery in the
+    # first RQ_SLOW_CALL held a thread for the whole timeout (a burst: ten of a worker's sixteen).
+    ids, results, ended, thread = _slow_endpoint_deliveries(agent, acap, settings, 4, answered=False)
+    threads = [thread(i) for i in ids]
+    started = time.monotonic()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(results.values()) == ["answered"] * 2 + ["deferred"] * 2
+    assert len(agent.requests) == 2 and delivery.calls_in_flight() == 0
+    deferred = Invocation.objects.filter(pk__in=[i for i, r in results.items() if r == "deferred"])
+    assert {(d.status, d.attempts, d.first_sent_at) for d in deferred} == {("pending", 0, None)}
+    assert {d.last_error for d in deferred} == {
+        "deferred: 2 calls to this endpoint were in flight, and it has not answered"
+    }
+    # The deferred two were handed back once the oldest call was slow (0.5 s), not when it answered.
+    took = {result: sorted(ended[i] - started for i in ids if results[i] == result) for result in set(results.values())}
+    assert 0.4 <= took["deferred"][0] and took["deferred"][-1] < 2.0 <= took["answered"][0]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_new_endpoints_first_answer_lets_the_waiting_deliveries_through(agent, acap, settings):
+    import threading
+    import time
+
+    settings.RQ_UNANSWERED_IN_FLIGHT, settings.RQ_SLOW_CALL = 2, 5.0
+
+    def quick(request):
+        time.sleep(0.2)  # a worker's first answer, which takes 0.1-0.2 s while it starts
+        return 200, {"status": "completed", "output": {}}
+
+    agent.default = quick
+    ids = [Invocation.objects.get(run=factories.start_run(acap)).id for _ in range(6)]
+    barrier, results = threading.Barrier(len(ids)), {}
+
+    def one(invocation_id):
+        try:
+            barrier.wait()
+            results[invocation_id] = delivery.deliver(invocation_id)
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=one, args=(i,)) for i in ids]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert list(results.values()) == ["answered"] * 6 and len(agent.requests) == 6
+
+
+@pytest.mark.django_db(transaction=True)
+def test_after_a_timeout_the_endpoint_gets_two_calls_again_and_no_wait(agent, acap, settings):
+    import time
+
+    ids, results, ended, thread = _slow_endpoint_deliveries(agent, acap, settings, 3)
+    settings.RQ_SLOW_CALL = 5.0  # a wait for a first answer would now last until the slow calls end
+    stall(acap, agent, answer_after=0.6)
+    timed_out = Invocation.objects.get(run=factories.start_run(acap)).id
+    assert delivery.deliver(timed_out) == "retry"
+    # Another process's probe was answered: the stall is over in the database, not in this process.
+    Capability.objects.filter(pk=acap.pk).update(endpoint_stalled_at=None, timeout_seconds=10)
+    agent.requests.clear()
+    threads = [thread(i) for i in ids]
+    for t in threads[:2]:
+        t.start()
+    deadline = time.monotonic() + 5
+    while len(agent.requests) < 2 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    started = time.monotonic()
+    threads[2].start()
+    threads[2].join()
+    assert results[ids[2]] == "deferred" and time.monotonic() - started < 1.0
+    for t in threads[:2]:
+        t.join()
+    assert [results[i] for i in ids[:2]] == ["answered"] * 2 and len(agent.requests) == 2
