@@ -3,7 +3,7 @@
 import os
 
 from celery import Celery
-from celery.signals import task_postrun, task_prerun
+from celery.signals import task_postrun, task_prerun, worker_init
 
 from . import broker  # noqa: F401  (registers rqpg://, the no-Redis default broker)
 
@@ -26,3 +26,14 @@ def recycle_db_connections(sender=None, **kwargs) -> None:
     if getattr(getattr(sender, "request", None), "is_eager", False):
         return  # run in the caller's thread (tests, eager mode): its connection is the caller's
     close_old_connections()
+
+
+@worker_init.connect
+def build_http_client(**kwargs) -> None:
+    """Builds the process's one HTTP client (holds.delivery.shared_client) before the worker takes a
+    task. Building it loads the CA bundle: 40 ms idle, several times that while sixteen threads take
+    their first tasks, and until an endpoint's first call answers, that endpoint gets two calls at once
+    (docs/decisions.md, "A slow endpoint, a share of a worker's threads")."""
+    from holds.delivery import shared_client
+
+    shared_client()

@@ -631,6 +631,22 @@ def test_a_workers_threads_starting_together_share_one_http_client(monkeypatch):
     assert len(built) == 1 and all(client is built[0] for client in got) and len(got) == 16
 
 
+def test_a_worker_builds_its_http_client_before_its_first_task(monkeypatch):
+    import weakref
+
+    import httpx
+    from celery.signals import worker_init
+
+    from reviewqueue.celery import build_http_client
+
+    receivers = [r() if isinstance(r, weakref.ReferenceType) else r for _, r in worker_init.receivers]
+    assert build_http_client in receivers
+    monkeypatch.setattr(delivery, "_client", None)
+    build_http_client()
+    assert isinstance(delivery._client, httpx.Client)
+    delivery._client.close()
+
+
 def test_three_failed_attempts_in_a_row_mark_the_endpoint_failing_until_it_answers(agent, acap, settings):
     settings.RQ_ENDPOINT_FAILING_AFTER = 3
     agent.script = [(500, {}), (503, b"busy"), (502, b"down"), (200, {"status": "completed", "output": {}})]
