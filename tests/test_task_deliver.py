@@ -403,15 +403,11 @@ def test_an_error_answer_also_ends_a_stall(agent, acap):
     assert Capability.objects.get(pk=acap.pk).endpoint_stalled_at is None and len(agent.requests) == 1
 
 
-@pytest.mark.django_db(transaction=True)
-def test_while_an_endpoint_is_stalled_concurrent_deliveries_send_one_at_a_time(agent, acap, settings):
+def deliver_at_once(ids) -> dict:
+    """Delivers each invocation in its own thread on its own connection, all released together;
+    returns the results by id."""
     import threading
 
-    # The probe's attempt lasts two seconds, long enough for every thread to find it taken even on a
-    # busy machine (when it times out the probe is freed, and a thread that late would send too).
-    stall(acap, agent, answer_after=2.5, timeout=2.0)
-    Capability.objects.filter(pk=acap.pk).update(endpoint_stalled_at=timezone.now())
-    ids = [Invocation.objects.get(run=factories.start_run(acap)).id for _ in range(6)]
     barrier, results = threading.Barrier(len(ids)), {}
 
     def one(invocation_id):
@@ -426,6 +422,18 @@ def test_while_an_endpoint_is_stalled_concurrent_deliveries_send_one_at_a_time(a
         t.start()
     for t in threads:
         t.join()
+    return results
+
+
+@pytest.mark.django_db(transaction=True)
+def test_while_an_endpoint_is_stalled_concurrent_deliveries_send_one_at_a_time(agent, acap, settings):
+
+    # The probe's attempt lasts two seconds, long enough for every thread to find it taken even on a
+    # busy machine (when it times out the probe is freed, and a thread that late would send too).
+    stall(acap, agent, answer_after=2.5, timeout=2.0)
+    Capability.objects.filter(pk=acap.pk).update(endpoint_stalled_at=timezone.now())
+    ids = [Invocation.objects.get(run=factories.start_run(acap)).id for _ in range(6)]
+    results = deliver_at_once(ids)
     assert sorted(results.values()) == ["deferred"] * 5 + ["retry"]
     assert len(agent.requests) == 1
     assert DeliveryAttempt.objects.filter(invocation_id__in=ids).count() == 1
@@ -700,7 +708,6 @@ def test_an_endpoint_that_has_not_answered_gets_two_calls_at_once(agent, acap, s
 
 @pytest.mark.django_db(transaction=True)
 def test_a_new_endpoints_first_answer_lets_the_waiting_deliveries_through(agent, acap, settings):
-    import threading
     import time
 
     settings.RQ_UNANSWERED_IN_FLIGHT, settings.RQ_SLOW_CALL = 2, 5.0
@@ -711,20 +718,7 @@ def test_a_new_endpoints_first_answer_lets_the_waiting_deliveries_through(agent,
 
     agent.default = quick
     ids = [Invocation.objects.get(run=factories.start_run(acap)).id for _ in range(6)]
-    barrier, results = threading.Barrier(len(ids)), {}
-
-    def one(invocation_id):
-        try:
-            barrier.wait()
-            results[invocation_id] = delivery.deliver(invocation_id)
-        finally:
-            connection.close()
-
-    threads = [threading.Thread(target=one, args=(i,)) for i in ids]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    results = deliver_at_once(ids)
     assert list(results.values()) == ["answered"] * 6 and len(agent.requests) == 6
 
 
