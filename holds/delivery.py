@@ -192,7 +192,8 @@ class _Endpoint:
 # RQ_SLOW_CALL (young calls count too: they are as stuck as the slow one). A busy worker's fast calls are
 # many at once and none is slow, so they have no cap (docs/decisions.md, "A slow endpoint, a share of a
 # worker's threads"). Kept in the process's memory: it protects that process's threads, and costs no
-# query.
+# query. One entry per endpoint URL the process has called (a run keeps its capability's endpoint of the
+# time), kept after its calls end: what an endpoint's last call did is the point.
 _endpoints: dict[str, _Endpoint] = {}
 _endpoints_changed = threading.Condition()
 
