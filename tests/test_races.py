@@ -7,6 +7,7 @@ import datetime as dt
 import threading
 import time
 
+import psycopg
 import pytest
 from django.db import connections, transaction
 from django.utils import timezone
@@ -144,6 +145,109 @@ def test_two_workers_claiming_one_resume_have_one_winner(cap, deciders):
         run.refresh_from_db()
         assert (resume.status, resume.attempts) == ("delivering", 1)
         assert (run.status, run.seq) == ("running", resume.seq)
+
+
+# --- a resume published before its decision commits (decisions.write_decision) --------------------
+
+
+def waiting_for_a_lock(at_least: int = 1, within: float = 10) -> None:
+    """Returns once `at_least` sessions of this database wait for an advisory lock (pg_locks), asked on a
+    connection of its own: the caller's may be inside the transaction that holds the lock."""
+    settings = connections["default"].settings_dict
+    with psycopg.connect(
+        dbname=settings["NAME"], host=settings["HOST"], port=settings["PORT"], user=settings["USER"], autocommit=True
+    ) as conn:
+        deadline = time.monotonic() + within
+        while time.monotonic() < deadline:
+            (waiting,) = conn.execute(
+                "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted"
+                " AND database = (SELECT oid FROM pg_database WHERE datname = current_database())"
+            ).fetchone()
+            if waiting >= at_least:
+                return
+            time.sleep(0.005)
+    raise AssertionError("no claim waited for the decision's lock")
+
+
+def test_a_claim_that_comes_before_the_decision_commits_waits_for_it_and_sends_the_resume(
+    agent, acap, deciders, monkeypatch
+):
+    """The resume is published before the decision's writes go out. Here the worker has the message at
+    once and its claim is already waiting when they are sent: it waits for the COMMIT and then sends the
+    resume, once. Without the decision's lock the claim found no resume and sent nothing."""
+    from holds import delivery
+    from holds.services import ports
+
+    workers, results = [], []
+
+    def deliver(invocation_id):
+        try:
+            results.append(delivery.deliver(invocation_id))
+        finally:
+            connections.close_all()
+
+    def publish(ids):
+        (invocation_id,) = ids
+        workers.append(threading.Thread(target=deliver, args=(invocation_id,)))
+        workers[-1].start()
+        waiting_for_a_lock()  # the writes go out only once the claim waits
+
+    for n in range(5):
+        run, hold = factories.held_hold(acap)
+        monkeypatch.setitem(ports._handlers, "publish", publish)
+        decided = services.hold_decide(hold_id=hold.pk, actor=deciders[0], body=APPROVE)
+        monkeypatch.undo()
+        workers[-1].join(20)
+        resume = Invocation.objects.get(hold=hold)
+        assert decided.status == Hold.Status.DECIDED and results == ["answered"] * (n + 1)
+        assert [r["headers"]["webhook-id"] for r in agent.requests[n:]] == [resume.id]
+        run.refresh_from_db()
+        assert (resume.status, resume.attempts, run.status) == ("answered", 1, "completed")
+
+
+def test_a_decision_that_loses_publishes_a_message_that_claims_nothing(agent, acap, deciders, monkeypatch):
+    """The loser of two decisions published its resume's id before it knew it had lost: that id was never
+    written, so a worker that gets it claims nothing and sends nothing."""
+    from holds import delivery
+    from holds.services import ports
+
+    run, hold = factories.held_hold(acap)
+    published = []
+
+    def publish(ids):
+        published.extend(ids)
+        if len(published) == 1:  # the first decider's: the second decides the hold before its writes go out
+            race(decide(deciders[1], hold, APPROVE))
+
+    monkeypatch.setitem(ports._handlers, "publish", publish)
+    with pytest.raises(Conflict) as lost:
+        services.hold_decide(hold_id=hold.pk, actor=deciders[0], body=REJECT)
+    assert lost.value.code == "already_decided"
+    resume = Invocation.objects.get(hold=hold)
+    assert len(published) == 2 and published[1] == resume.id
+    assert not Invocation.objects.filter(pk=published[0]).exists()
+    assert delivery.deliver(published[0]) == "not-due" and agent.requests == []
+    assert delivery.deliver(published[1]) == "answered"
+    assert [r["headers"]["webhook-id"] for r in agent.requests] == [resume.id]
+    assert {i["action"] for i in resume.resume["items"]} == {"approve"}
+
+
+def test_a_decision_inside_a_callers_transaction_publishes_its_resume_after_that_commits(cap, deciders, monkeypatch):
+    """hold_decide cannot commit a caller's transaction, so the worker's claim would wait for it: the
+    resume is published once it commits, as every other outbox row is, and not at all if it rolls back."""
+    from holds.services import ports
+
+    (_, hold), (_, undone) = factories.held_hold(cap), factories.held_hold(cap)
+    published = []
+    monkeypatch.setitem(ports._handlers, "publish", published.extend)
+    with transaction.atomic():
+        services.hold_decide(hold_id=hold.pk, actor=deciders[0], body=APPROVE)
+        assert published == []
+    assert published == [Invocation.objects.get(hold=hold).id]
+    with transaction.atomic():
+        services.hold_decide(hold_id=undone.pk, actor=deciders[0], body=APPROVE)
+        transaction.set_rollback(True)
+    assert len(published) == 1 and Hold.objects.get(pk=undone.pk).status == Hold.Status.PENDING
 
 
 def test_an_asker_answering_while_a_person_decides_releases_one_resume(cap, deciders):

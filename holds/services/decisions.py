@@ -2,13 +2,12 @@
 
 import json
 
-from django.db import transaction
 from django.utils import timezone
 
 from ..auth import Actor, run_token_hash
 from ..errors import Invalid, NotFound
 from ..ids import HOLD, public_id
-from ..models import Action, AuditEvent, AuditKind, Hold, HoldItem, Invocation
+from ..models import Action, AuditEvent, AuditKind, Hold, HoldItem, Invocation, new_invocation_id
 from ..policy import decide_refusal, hold_refusal, may_approve_for_quorum, quorum_of, require
 from ..schemas import Asked, blank_to_none, validate_decision
 from ..words import ActorKind
@@ -17,9 +16,11 @@ from .gateway import insert_values, one_round_trip
 from .quorum import approve, is_approval, state
 
 
-def _hold_to_decide(hold_id: int) -> tuple[Hold | None, list[HoldItem]]:
-    found = sql.DECIDE.rows([hold_id])
-    columns = sql.DECIDE.parts()[1]
+def _hold_to_decide(hold_id: int, resume_id: str) -> tuple[Hold | None, list[HoldItem]]:
+    """The hold with its capability, run and items, read in the round trip that opens the decision's
+    transaction and takes the lock its resume's claim waits on (sql.LOCK_RESUME)."""
+    statement, columns = sql.DECIDE.parts()
+    _, found = gateway.read([(sql.LOCK_RESUME, {"resume_lock": sql.resume_lock(resume_id)}), (statement, [hold_id])])
     if not found:
         return None, []
     *head, item_columns = columns
@@ -51,30 +52,34 @@ def hold_decide(
     A hold that needs a quorum (policy.quorum_of) takes an approval instead (services/quorum.py) and stays
     pending, with `hold.quorum_state` set, until the Nth approval of the same data decides it; a reject or
     feedback decides it at once. Every path (API, page, approve-all, by confidence, e-mail) comes here.
+
+    One transaction of two round trips: the read of the hold, then the writes with the COMMIT
+    (write_decision says why the resume's lock comes with the read).
     """
-    hold, items = _hold_to_decide(hold_id)
-    if hold is None:
-        raise NotFound(f"hold {public_id(HOLD, hold_id)} does not exist")
-    refusal = decide_refusal(actor, hold, fingerprint)
-    if refusal is not None:
-        raise refusal
-    decision, errors = validate_decision(body, asked=asked_items(hold, items))
-    if errors:
-        raise Invalid(errors)
-    quorum = quorum_of(hold)
-    if quorum is not None and is_approval(decision):
-        require(may_approve_for_quorum(actor, hold))
-        with transaction.atomic():
+    resume_id = new_invocation_id()
+    with gateway.transaction():
+        hold, items = _hold_to_decide(hold_id, resume_id)
+        if hold is None:
+            raise NotFound(f"hold {public_id(HOLD, hold_id)} does not exist")
+        refusal = decide_refusal(actor, hold, fingerprint)
+        if refusal is not None:
+            raise refusal
+        decision, errors = validate_decision(body, asked=asked_items(hold, items))
+        if errors:
+            raise Invalid(errors)
+        quorum = quorum_of(hold)
+        if quorum is not None and is_approval(decision):
+            require(may_approve_for_quorum(actor, hold))
             approvals = approve(hold, actor, decision)
             if len(approvals) < quorum["approvals"]:
                 hold.quorum_state = state(hold, quorum)
                 return hold
             # The Nth approval of the same data: decided here, under the same row lock.
-            return _decide(hold, items, decision, actor, by_confidence, approvals=approvals)
-    return _decide(hold, items, decision, actor, by_confidence)
+            return _decide(hold, items, decision, actor, by_confidence, resume_id, approvals=approvals)
+        return _decide(hold, items, decision, actor, by_confidence, resume_id)
 
 
-def _decide(hold, items, decision, actor: Actor, by_confidence, approvals=()) -> Hold:
+def _decide(hold, items, decision, actor: Actor, by_confidence, resume_id: str, approvals=()) -> Hold:
     """Writes the decision (a person's, or a quorum's whose last approval is `actor`'s) and its resume."""
     comment = blank_to_none(decision.comment)
     by_id = {d.id: d for d in decision.items}
@@ -119,15 +124,13 @@ def _decide(hold, items, decision, actor: Actor, by_confidence, approvals=()) ->
         "decided_by_account_id": actor.account.pk if actor.kind == ActorKind.ACCOUNT else None,
         "comment": comment,
     }
-    resume_invocation = write_decision(hold, items, stamp, resume, event, approvals)
+    resume_invocation = write_decision(hold, items, stamp, resume, event, approvals, resume_id=resume_id)
     if resume_invocation is None:
         # Another decider or the sweep got there first, or the clock passed expires_at.
         fresh = Hold.objects.get(pk=hold.pk)
         if fresh.status == Hold.Status.PENDING:
             fresh.status = Hold.Status.EXPIRED
         raise hold_refusal(fresh)
-    if resume_invocation.status == Invocation.Status.PENDING:
-        ports.publish_on_commit([resume_invocation.id])
     hold.status, hold.decided_at, hold.decided_by, hold.comment = (
         stamp[k] for k in ("status", "decided_at", "decided_by", "comment")
     )
@@ -135,19 +138,37 @@ def _decide(hold, items, decision, actor: Actor, by_confidence, approvals=()) ->
 
 
 def write_decision(
-    hold: Hold, items: list[HoldItem], stamp: dict, resume: dict, event: AuditEvent, approvals=()
+    hold: Hold,
+    items: list[HoldItem],
+    stamp: dict,
+    resume: dict,
+    event: AuditEvent,
+    approvals=(),
+    *,
+    resume_id: str | None = None,
 ) -> Invocation | None:
-    """Takes the hold for this decision and writes everything it decides, in one transaction of one
-    round trip (sql.TAKE_HOLD, then sql.write_decision): the hold's `stamp`, the per-item decisions, the
-    -1 pending count, the resume invocation (returned; its receipt signed here, so people's and rules'
-    decisions both carry one; a quorum's `approvals` are each named in it) and the audit event. None: the
+    """Takes the hold for this decision and writes everything it decides (sql.TAKE_HOLD, then
+    sql.write_decision): the hold's `stamp`, the per-item decisions, the -1 pending count, the resume
+    invocation (returned; its receipt signed here, so people's and rules' decisions both carry one; a
+    quorum's `approvals` are each named in it) and the audit event; and publishes the resume. None: the
     hold was not pending any more, or its expires_at had passed by the database's clock, and nothing was
-    written."""
+    written.
+
+    The writes go in one round trip. A rule's decision joins the ask's transaction, and its resume is
+    published after that commits. A person's (hold_decide) passes `resume_id`, whose lock its transaction
+    took with its read (sql.LOCK_RESUME): the resume is published before the writes are sent, and they go
+    with the COMMIT, so that the worker wakes while they run instead of after them; its claim waits for
+    the lock and then sees the committed resume. A message whose decision lost, or whose resume waits for
+    its asker's answer, claims nothing. When hold_decide runs inside a caller's transaction, which it cannot
+    commit, its resume too is published after the commit (docs/decisions.md, "A decision's resume is
+    published before its COMMIT")."""
     resume["receipt"] = receipts.for_decision(hold, items, stamp, resume, approvals)
     # seq, status and next_attempt_at are placeholders here: the statement sets them from the asker.
     invocation = Invocation(
         run_id=hold.run_id, kind=Invocation.Kind.RESUME, seq=0, status="", hold_id=hold.pk, resume=resume
     )
+    if resume_id is not None:
+        invocation.id = resume_id
     invocation.token_hash = run_token_hash(invocation.id)
     event.invocation_id_ref = invocation.id
     decided = HoldItem._meta.get_field("decided_data")
@@ -168,9 +189,18 @@ def write_decision(
     event_columns, values = insert_values(event)
     params.update({f"a{n}": value for n, value in enumerate(values)})
     take = sql.TAKE_HOLD.format(stamp=", ".join(f"{column} = %({column})s" for column in stamp))
-    taken, written = one_round_trip([take, sql.write_decision(invocation_columns, event_columns)], params)
+    writes = [take, sql.write_decision(invocation_columns, event_columns)]
+    early = resume_id is not None and gateway.outermost()
+    if early:
+        ports.publish([invocation.id])
+        taken, written = gateway.read(gateway.with_params(writes, params), commit=True)
+    else:
+        # hold_decide's own transaction rolls back as a whole: no savepoint of its own for the writes.
+        taken, written = one_round_trip(writes, params, savepoint=resume_id is None)
     if not taken:
         return None
     invocation.seq, invocation.status, invocation.next_attempt_at = written[0]
     invocation._state.adding = False
+    if not early and invocation.status == Invocation.Status.PENDING:
+        ports.publish_on_commit([invocation.id])
     return invocation

@@ -70,9 +70,15 @@ def invocation_claim(*, invocation_id: str) -> Claim | None:
     now = timezone.now()
     # A claim lost in a database crash only means a second send with the same webhook-id, which
     # delivery is built for; not waiting for the disk halves the cost of a send.
-    _, claimed = gateway.one_round_trip(
-        [sql.COMMIT_WITHOUT_WAITING, CLAIM_SQL],
-        {"id": invocation_id, "now": now, "grace": float(settings.RQ_LEASE_GRACE)},
+    # It waits first for a decision still committing this invocation, if one is (sql.WAIT_FOR_RESUME).
+    _, _, claimed = gateway.one_round_trip(
+        [sql.COMMIT_WITHOUT_WAITING, sql.WAIT_FOR_RESUME, CLAIM_SQL],
+        {
+            "id": invocation_id,
+            "now": now,
+            "grace": float(settings.RQ_LEASE_GRACE),
+            "resume_lock": sql.resume_lock(invocation_id),
+        },
     )
     if not claimed:
         return None

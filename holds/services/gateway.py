@@ -177,13 +177,21 @@ def write(*statements: tuple[str, object]) -> None:
         kept.extend(statements)
 
 
-def read(statements: list[tuple[str, object]]) -> list[list[tuple]]:
+def read(statements: list[tuple[str, object]], *, commit: bool = False) -> list[list[tuple]]:
     """Inside `transaction`: sends what was kept, then these statements, in one round trip (with the
-    transaction's BEGIN when nothing has gone out yet), and returns their rows."""
+    transaction's BEGIN when nothing has gone out yet), and returns their rows. `commit`: the COMMIT of
+    the outermost `transaction` goes with them; the block writes nothing after it."""
+    assert not commit or outermost(), "only the outermost transaction commits"
     kept = getattr(_local, "kept", None) or []
     batch = [*kept, *statements]
     kept.clear()
-    return _sent_with_begin(batch)[len(batch) - len(statements) :]
+    rows = _sent_with_begin([*batch, ("COMMIT", None)] if commit else batch)
+    return rows[len(batch) - len(statements) : len(batch)]
+
+
+def outermost() -> bool:
+    """Inside a `transaction` that is not inside any other atomic block (its commit is its own)."""
+    return getattr(_local, "outermost", False) and len(connection.atomic_blocks) == 1
 
 
 @contextmanager
@@ -203,7 +211,7 @@ def transaction(*, savepoint: bool = True):
     failure (docs/decisions.md, "BEGIN and COMMIT travel in the statement text").
     """
     nested = connection.in_atomic_block
-    outer, kept = getattr(_local, "kept", None), []
+    outer, kept, was_outermost = getattr(_local, "kept", None), [], outermost()
 
     def in_order(execute, sql, params, many, context):
         if kept or getattr(_local, "begin", False):
@@ -216,7 +224,7 @@ def transaction(*, savepoint: bool = True):
         if not nested:
             connection.connection.autocommit = True
             _local.begin = True
-        _local.kept = kept
+        _local.kept, _local.outermost = kept, not nested
         try:
             with connection.execute_wrapper(in_order):
                 yield
@@ -228,7 +236,7 @@ def transaction(*, savepoint: bool = True):
                     kept.clear()
                     _sent_with_begin(batch)
         finally:
-            _local.kept = outer
+            _local.kept, _local.outermost = outer, was_outermost
             if not nested:
                 _local.begin = False
 
@@ -239,7 +247,7 @@ def one_round_trip(statements: list[str], params, *, savepoint: bool = True) -> 
     transaction, joining it (`transaction`, through a savepoint unless `savepoint=False`). Each
     statement takes its own snapshot (READ COMMITTED): a later one sees what an earlier one waited for.
     """
-    batch = [(statement, params if "%(" in statement else None) for statement in statements]
+    batch = with_params(statements, params)
     if not connection.in_atomic_block:
         return _alone(batch)
     with transaction(savepoint=savepoint):
@@ -262,6 +270,11 @@ def _alone(batch: list[tuple[str, object]]) -> list[list[tuple]]:
             except psycopg.Error:
                 pass  # a broken connection: Django closes it (errors_occurred) before its next use
         raise
+
+
+def with_params(statements: list[str], params) -> list[tuple[str, object]]:
+    """(sql, params) for each statement, the params only for those that have placeholders."""
+    return [(statement, params if "%(" in statement else None) for statement in statements]
 
 
 def fetch(sql: str, params=None) -> list[tuple]:

@@ -32,6 +32,12 @@ def publish_on_commit(invocation_ids: list[str]) -> None:
         transaction.on_commit(lambda: publish(ids))
 
 
+def publish(invocation_ids: list[str]) -> None:
+    """Sends these invocations to the broker now, before the commit that writes them: only for a claim
+    that waits for that commit (services/decisions.write_decision says how)."""
+    _handler("publish")(list(invocation_ids))
+
+
 def hold_asked_on_commit(hold_id: int) -> None:
     """Tells reviewers about a held hold after the commit; a failing notification fails nothing here."""
     hold_asked = _handler("hold_asked")

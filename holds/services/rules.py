@@ -30,7 +30,6 @@ from ..models import (
     Grant,
     Hold,
     HoldItem,
-    Invocation,
     RuleSet,
     decider_label,
 )
@@ -46,7 +45,7 @@ from ..rules import (
     rules_from_json,
     uses_flags,
 )
-from . import gateway, ports, sql
+from . import gateway, sql
 from .audit import audit
 from .decisions import write_decision
 
@@ -405,8 +404,6 @@ def _decide_whole(hold: Hold, items: list[dict], choices: list) -> None:
         transaction.set_rollback(True)
         return
     AuditEvent.objects.bulk_create(_audit_grant_uses(hold, items, choices))
-    if invocation.status == Invocation.Status.PENDING:
-        ports.publish_on_commit([invocation.id])
     hold.status, hold.decided_at, hold.decided_by = stamp["status"], stamp["decided_at"], decider
 
 

@@ -8,6 +8,7 @@ Each statement's comment says what it does and names the test that pins it.
 """
 
 import functools
+import zlib
 
 from ..auth import SYSTEM, TOKEN_PREFIX
 from ..models import FINISHED_RUN, Action, AuditKind, Capability, Experiment, Hold, HoldItem, Invocation, Run
@@ -36,6 +37,23 @@ PING = "SELECT 1"
 # The transaction this starts commits without waiting for the disk (the claim: a claim lost in a crash
 # only means a second send with the same webhook-id, which delivery is built for).
 COMMIT_WITHOUT_WAITING = "SET LOCAL synchronous_commit TO OFF"
+
+
+# A decision publishes its resume while its writes run, before its COMMIT (services/decisions.py). Its
+# transaction takes LOCK_RESUME, keyed by the resume's id, before the publish; a claim first waits for the
+# same lock, shared (WAIT_FOR_RESUME), so a worker that gets the message at once sees the committed resume.
+# The two-key form: its keys never meet the single-key locks taken elsewhere. Pinned by test_races (a
+# claim that arrives before the decision's COMMIT) and test_api_decision (a decision that loses publishes
+# nothing a worker could send).
+RESUME_LOCK_SPACE = 0x52510001
+LOCK_RESUME = f"SELECT pg_advisory_xact_lock({RESUME_LOCK_SPACE}, %(resume_lock)s::int)"
+WAIT_FOR_RESUME = f"SELECT pg_advisory_xact_lock_shared({RESUME_LOCK_SPACE}, %(resume_lock)s::int)"
+
+
+def resume_lock(invocation_id: str) -> int:
+    """The lock's second key, from the invocation's id (a signed 32-bit integer; two ids that share one
+    only wait for each other)."""
+    return zlib.crc32(invocation_id.encode()) - 2**31
 
 
 # --- run tokens ---------------------------------------------------------------------------------

@@ -46,9 +46,9 @@ def test_one_decision_costs_the_same_queries_whatever_its_size(cap, n_items, dja
     _, hold = factories.held_hold(cap, factories.ask_body(n_items))
     robot = actor_for_account(factories.account("bot", role="member")[0])
     body = {"items": [{"id": item.item_id, "action": "approve"} for item in hold.items.all()]}
-    # PostgreSQL: the hold with capability, run and items; then one round trip with the conditional
-    # UPDATE of the hold and one statement for items, pending count, resume and audit row (inside
-    # this test's transaction: a savepoint and its release around it).
+    # PostgreSQL: the lock its resume's claim waits on and the hold with capability, run and items; then
+    # one round trip with the conditional UPDATE of the hold and one statement for items, pending count,
+    # resume and audit row (inside this test's transaction: a savepoint and its release around both).
     # Elsewhere: the same read, the UPDATE, the items' bulk UPDATE, the count, the asker, the resume,
     # the audit row (and the savepoint pair).
     receipts.current_key()  # made on first use and cached: steady state signs without a query
@@ -68,8 +68,9 @@ def test_a_decision_alone_is_a_read_and_one_round_trip_and_a_lost_one_writes_not
     receipts.current_key()  # made on first use and cached: steady state signs without a query
     with count_round_trips() as sent:
         services.hold_decide(hold_id=hold.pk, actor=robot, body=body)
-    # The read; then BEGIN, the conditional UPDATE, the statement that writes the rest, and COMMIT.
-    assert (sent.round_trips, sent.statements) == (2, 5), sent
+    # BEGIN, the lock its resume's claim waits on (sql.LOCK_RESUME) and the read; then the conditional
+    # UPDATE, the statement that writes the rest, and COMMIT.
+    assert (sent.round_trips, sent.statements) == (2, 6), sent
     assert connection.connection.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
     counts = (Invocation.objects.count(), AuditEvent.objects.count(), PendingCount.objects.count())
     with pytest.raises(Conflict) as refused:
@@ -81,14 +82,15 @@ def test_a_decision_alone_is_a_read_and_one_round_trip_and_a_lost_one_writes_not
 
 @pytest.mark.django_db(transaction=True)
 def test_a_resume_delivery_is_two_round_trips(agent, acap, count_round_trips):
-    """The claim (BEGIN, SET LOCAL, the UPDATE ... RETURNING, COMMIT) is one round trip. Recording a
+    """The claim (BEGIN, SET LOCAL, the wait for a decision still committing the resume, the UPDATE ...
+    RETURNING, COMMIT) is one round trip. Recording a
     "completed" answer is one more: BEGIN, the locks on the invocation and its run, the statement that
     writes the answer, the run's finish, the attempt and both audit events, and COMMIT
     (sql.RECORD_COMPLETED). Pinned so that neither can creep back."""
     resume = _decided_resume(acap)
     with count_round_trips() as sent:
         assert delivery.deliver(resume.id) == "answered"
-    assert (sent.round_trips, sent.statements) == (2, 8), sent
+    assert (sent.round_trips, sent.statements) == (2, 9), sent
     assert agent.requests[-1]["headers"]["webhook-id"] == resume.id
     resume.refresh_from_db()
     assert resume.status == Invocation.Status.ANSWERED
