@@ -182,6 +182,7 @@ def write_decision(
         "comments": [item.comment for item in items],
         "item_decided_by": [json.dumps(item.decided_by) if item.decided_by else None for item in items],
         "asker": hold.invocation_id,
+        # The resume is due from now: before its publish, so that a claim that comes at once finds it due.
         "now": timezone.now(),
     }
     invocation_columns, values = insert_values(invocation, skip=("seq", "status", "next_attempt_at"))
