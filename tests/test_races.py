@@ -172,13 +172,13 @@ def waiting_for_a_lock(at_least: int = 1, within: float = 10) -> None:
 def test_a_claim_that_comes_before_the_decision_commits_waits_for_it_and_sends_the_resume(
     agent, acap, deciders, monkeypatch
 ):
-    """The resume is published before the decision's writes go out. Here the worker has the message at
+    """The resume is published while the decision's writes go out. Here the worker has the message at
     once and its claim is already waiting when they are sent: it waits for the COMMIT and then sends the
     resume, once. Without the decision's lock the claim found no resume and sent nothing."""
     from holds import delivery
-    from holds.services import ports
+    from holds.services import gateway, ports
 
-    workers, results = [], []
+    workers, results, read = [], [], gateway.read
 
     def deliver(invocation_id):
         try:
@@ -190,11 +190,16 @@ def test_a_claim_that_comes_before_the_decision_commits_waits_for_it_and_sends_t
         (invocation_id,) = ids
         workers.append(threading.Thread(target=deliver, args=(invocation_id,)))
         workers[-1].start()
-        waiting_for_a_lock()  # the writes go out only once the claim waits
+
+    def read_once_a_claim_waits(statements, *, commit=False):
+        if commit:
+            waiting_for_a_lock()  # the writes and their COMMIT go out only once the claim waits
+        return read(statements, commit=commit)
 
     for n in range(5):
         run, hold = factories.held_hold(acap)
         monkeypatch.setitem(ports._handlers, "publish", publish)
+        monkeypatch.setattr(gateway, "read", read_once_a_claim_waits)
         decided = services.hold_decide(hold_id=hold.pk, actor=deciders[0], body=APPROVE)
         monkeypatch.undo()
         workers[-1].join(20)
@@ -209,17 +214,18 @@ def test_a_decision_that_loses_publishes_a_message_that_claims_nothing(agent, ac
     """The loser of two decisions published its resume's id before it knew it had lost: that id was never
     written, so a worker that gets it claims nothing and sends nothing."""
     from holds import delivery
-    from holds.services import ports
+    from holds.services import gateway, ports
 
     run, hold = factories.held_hold(acap)
-    published = []
+    published, read, first = [], gateway.read, threading.get_ident()
 
-    def publish(ids):
-        published.extend(ids)
-        if len(published) == 1:  # the first decider's: the second decides the hold before its writes go out
+    def read_after_another_decides(statements, *, commit=False):
+        if commit and threading.get_ident() == first:  # the first decider's writes: the second decides first
             race(decide(deciders[1], hold, APPROVE))
+        return read(statements, commit=commit)
 
-    monkeypatch.setitem(ports._handlers, "publish", publish)
+    monkeypatch.setitem(ports._handlers, "publish", published.extend)
+    monkeypatch.setattr(gateway, "read", read_after_another_decides)
     with pytest.raises(Conflict) as lost:
         services.hold_decide(hold_id=hold.pk, actor=deciders[0], body=REJECT)
     assert lost.value.code == "already_decided"

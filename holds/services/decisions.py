@@ -1,6 +1,7 @@
 """Decisions: a person or service account decides a hold, once; the resume goes with it."""
 
 import json
+from datetime import datetime
 
 from django.utils import timezone
 
@@ -67,7 +68,7 @@ def hold_decide(
         decision, errors = validate_decision(body, asked=asked_items(hold, items))
         if errors:
             raise Invalid(errors)
-        quorum = quorum_of(hold)
+        quorum, approvals = quorum_of(hold), ()
         if quorum is not None and is_approval(decision):
             require(may_approve_for_quorum(actor, hold))
             approvals = approve(hold, actor, decision)
@@ -75,11 +76,18 @@ def hold_decide(
                 hold.quorum_state = state(hold, quorum)
                 return hold
             # The Nth approval of the same data: decided here, under the same row lock.
-            return _decide(hold, items, decision, actor, by_confidence, resume_id, approvals=approvals)
-        return _decide(hold, items, decision, actor, by_confidence, resume_id)
+        if not gateway.outermost():
+            return _decide(hold, items, decision, actor, by_confidence, resume_id, None, approvals)
+        # Published while it is written, so that the worker wakes meanwhile (write_decision); due from
+        # before the publish, so that a claim that comes at once finds it due.
+        published_at = timezone.now()
+        return ports.publish_while(
+            [resume_id],
+            lambda: _decide(hold, items, decision, actor, by_confidence, resume_id, published_at, approvals),
+        )
 
 
-def _decide(hold, items, decision, actor: Actor, by_confidence, resume_id: str, approvals=()) -> Hold:
+def _decide(hold, items, decision, actor: Actor, by_confidence, resume_id, published_at, approvals) -> Hold:
     """Writes the decision (a person's, or a quorum's whose last approval is `actor`'s) and its resume."""
     comment = blank_to_none(decision.comment)
     by_id = {d.id: d for d in decision.items}
@@ -124,7 +132,9 @@ def _decide(hold, items, decision, actor: Actor, by_confidence, resume_id: str, 
         "decided_by_account_id": actor.account.pk if actor.kind == ActorKind.ACCOUNT else None,
         "comment": comment,
     }
-    resume_invocation = write_decision(hold, items, stamp, resume, event, approvals, resume_id=resume_id)
+    resume_invocation = write_decision(
+        hold, items, stamp, resume, event, approvals, resume_id=resume_id, published_at=published_at
+    )
     if resume_invocation is None:
         # Another decider or the sweep got there first, or the clock passed expires_at.
         fresh = Hold.objects.get(pk=hold.pk)
@@ -146,21 +156,23 @@ def write_decision(
     approvals=(),
     *,
     resume_id: str | None = None,
+    published_at: datetime | None = None,
 ) -> Invocation | None:
     """Takes the hold for this decision and writes everything it decides (sql.TAKE_HOLD, then
     sql.write_decision): the hold's `stamp`, the per-item decisions, the -1 pending count, the resume
     invocation (returned; its receipt signed here, so people's and rules' decisions both carry one; a
-    quorum's `approvals` are each named in it) and the audit event; and publishes the resume. None: the
+    quorum's `approvals` are each named in it) and the audit event. None: the
     hold was not pending any more, or its expires_at had passed by the database's clock, and nothing was
     written.
 
     The writes go in one round trip. A rule's decision joins the ask's transaction, and its resume is
-    published after that commits. A person's (hold_decide) passes `resume_id`, whose lock its transaction
-    took with its read (sql.LOCK_RESUME): the resume is published before the writes are sent, and they go
-    with the COMMIT, so that the worker wakes while they run instead of after them; its claim waits for
-    the lock and then sees the committed resume. A message whose decision lost, or whose resume waits for
-    its asker's answer, claims nothing. When hold_decide runs inside a caller's transaction, which it cannot
-    commit, its resume too is published after the commit (docs/decisions.md, "A decision's resume is
+    published after that commits (publish_on_commit, here). A person's (hold_decide) passes `resume_id`,
+    whose lock its transaction took with its read (sql.LOCK_RESUME). When that transaction is its own to
+    commit, the resume is being published meanwhile, since `published_at` (due from then): the writes go
+    with the COMMIT, and the worker wakes while the decision is built and written. Its claim waits for
+    the lock and then sees the committed resume. A message whose decision lost, or whose resume waits
+    for its asker's answer, claims nothing. Inside a caller's transaction, which the claim would wait
+    for, the resume is published after that commits (docs/decisions.md, "A decision's resume is
     published before its COMMIT")."""
     resume["receipt"] = receipts.for_decision(hold, items, stamp, resume, approvals)
     # seq, status and next_attempt_at are placeholders here: the statement sets them from the asker.
@@ -182,8 +194,7 @@ def write_decision(
         "comments": [item.comment for item in items],
         "item_decided_by": [json.dumps(item.decided_by) if item.decided_by else None for item in items],
         "asker": hold.invocation_id,
-        # The resume is due from now: before its publish, so that a claim that comes at once finds it due.
-        "now": timezone.now(),
+        "now": published_at or timezone.now(),  # when the resume is due
     }
     invocation_columns, values = insert_values(invocation, skip=("seq", "status", "next_attempt_at"))
     params.update({f"r{n}": value for n, value in enumerate(values)})
@@ -191,9 +202,7 @@ def write_decision(
     params.update({f"a{n}": value for n, value in enumerate(values)})
     take = sql.TAKE_HOLD.format(stamp=", ".join(f"{column} = %({column})s" for column in stamp))
     writes = [take, sql.write_decision(invocation_columns, event_columns)]
-    early = resume_id is not None and gateway.outermost()
-    if early:
-        ports.publish([invocation.id])
+    if published_at is not None:
         taken, written = gateway.read(gateway.with_params(writes, params), commit=True)
     else:
         # hold_decide's own transaction rolls back as a whole: no savepoint of its own for the writes.
@@ -202,6 +211,6 @@ def write_decision(
         return None
     invocation.seq, invocation.status, invocation.next_attempt_at = written[0]
     invocation._state.adding = False
-    if not early and invocation.status == Invocation.Status.PENDING:
+    if published_at is None and invocation.status == Invocation.Status.PENDING:
         ports.publish_on_commit([invocation.id])
     return invocation
