@@ -9,7 +9,7 @@ import logging
 from celery import shared_task
 from django.conf import settings
 
-from . import delivery, notify_tasks, services
+from . import delivery, notify_tasks, services, task_messages
 from .services import ports
 
 log = logging.getLogger(__name__)
@@ -32,9 +32,10 @@ def publish(invocation_ids: list[str]) -> list[str]:
             return list(invocation_ids)
         return []
     lost = []
+    send = _send_deliver()
     for invocation_id in invocation_ids:
         try:
-            deliver.delay(invocation_id)
+            send(invocation_id)
         except Exception:
             log.warning("could not publish %s; the relay will pick it up", invocation_id, exc_info=True)
             lost.append(invocation_id)
@@ -49,9 +50,16 @@ def deliver(invocation_id: str) -> str:
 @shared_task(ignore_result=True)
 def deliver_many(invocation_ids: list[str]) -> int:
     """Fans a batch out into one deliver task each, so that deliveries run in parallel."""
+    send = _send_deliver()
     for invocation_id in invocation_ids:
-        deliver.delay(invocation_id)
+        send(invocation_id)
     return len(invocation_ids)
+
+
+def _send_deliver():
+    """How a deliver task is queued: task_messages' one LPUSH where it writes what delay() would (a
+    quarter of its time), delay() elsewhere."""
+    return task_messages.send_deliver if task_messages.applies() else deliver.delay
 
 
 @shared_task(ignore_result=True)

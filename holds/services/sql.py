@@ -39,12 +39,12 @@ PING = "SELECT 1"
 COMMIT_WITHOUT_WAITING = "SET LOCAL synchronous_commit TO OFF"
 
 
-# A decision publishes its resume while its writes run, before its COMMIT (services/decisions.py). Its
-# transaction takes LOCK_RESUME, keyed by the resume's id, before the publish; a claim first waits for the
-# same lock, shared (WAIT_FOR_RESUME), so a worker that gets the message at once sees the committed resume.
-# The two-key form: its keys never meet the single-key locks taken elsewhere. Pinned by test_races (a
-# claim that arrives before the decision's COMMIT) and test_api_decision (a decision that loses publishes
-# nothing a worker could send).
+# A person's decision publishes its resume while its writes run, before its COMMIT (services/decisions.py).
+# Its transaction takes LOCK_RESUME, keyed by the resume's id, with its first read, before the publish; a
+# claim first waits for the same lock, shared (WAIT_FOR_RESUME), so a worker that gets the message at once
+# sees the committed resume. The two-key form: its keys never meet the single-key locks taken elsewhere.
+# Pinned by test_races (a claim that arrives before the decision's COMMIT; a decision that loses publishes
+# an id that claims nothing) and performance/test_round_trips (the statements of a decision and a claim).
 RESUME_LOCK_SPACE = 0x52510001
 LOCK_RESUME = f"SELECT pg_advisory_xact_lock({RESUME_LOCK_SPACE}, %(resume_lock)s::int)"
 WAIT_FOR_RESUME = f"SELECT pg_advisory_xact_lock_shared({RESUME_LOCK_SPACE}, %(resume_lock)s::int)"
