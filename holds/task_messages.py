@@ -99,10 +99,12 @@ def envelope(invocation_id: str) -> str:
 
 def _client(url: str) -> redis.Redis:
     """This process's client of the broker (thread-safe: a pool of connections); a forked process makes
-    its own."""
+    its own. A broker that does not answer fails a publish within Celery's connection timeout (4 s), as
+    delay() does, not the system's: the relay sends what it could not."""
     key = (os.getpid(), url)
     if key not in _clients:
         with _clients_lock:
             if key not in _clients:
-                _clients[key] = redis.Redis.from_url(url)
+                timeout = float(app.conf.broker_connection_timeout or 4.0)
+                _clients[key] = redis.Redis.from_url(url, socket_connect_timeout=timeout, socket_timeout=timeout)
     return _clients[key]

@@ -63,6 +63,9 @@ def test_publish_writes_them_on_a_redis_broker_and_loses_nothing_when_it_is_down
     assert [readable(m)[0]["body"][0] for m in client.lrange("celery", 0, -1)] == [["inv_b"], ["inv_a"]]
     settings.CELERY_BROKER_URL = "redis://127.0.0.1:1/0"  # nothing listens there
     assert tasks.publish(["inv_c"]) == ["inv_c"]  # handed back: the relay publishes it
+    # A broker that does not answer at all fails within Celery's connection timeout, not the system's.
+    pool = task_messages._client(settings.CELERY_BROKER_URL).connection_pool.connection_kwargs
+    assert pool["socket_connect_timeout"] == pool["socket_timeout"] == current_app.conf.broker_connection_timeout == 4
 
 
 def test_anything_but_a_plain_redis_broker_goes_through_delay(broker, settings):
