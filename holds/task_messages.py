@@ -8,11 +8,13 @@ invocation id each) are written here: Celery's `as_task_v2` makes the task messa
 body), this module wraps it in kombu's Redis envelope as kombu's `prepare_message` and
 `_inplace_augment_message` do, and one LPUSH on a client kept for the process sends it. A worker cannot
 tell the two apart: tests/test_task_messages.py compares them field by field with what delay() puts on
-the queue, and every end-to-end test's deliveries go this way.
+the queue, and every end-to-end test's deliveries go this way. (Sent from inside a task, the fan-out's,
+delay() would also name that task as the message's parent and root; nothing here reads them.)
 
-Only where delay() would do exactly this: a redis:// or rediss:// broker with no transport option that
-changes the keys (none but the visibility timeout), the default queue, no task routes and no publish
-signal receivers. Anything else, the embedded broker (rqpg://) included, goes through delay().
+Only where delay() would do exactly this: a redis:// or rediss:// broker (one URL, no SSL options) with no
+transport option that changes the keys (none but the visibility timeout), the default queue, no task
+routes, not eager, and no publish signal receivers (connected when the process starts: this is decided
+once per broker URL). Anything else, the embedded broker (rqpg://) included, goes through delay().
 """
 
 import base64
@@ -44,6 +46,9 @@ def _applies(broker_url: str) -> bool:
     conf = app.conf  # read once: Celery reads each setting through Django's, slowly
     return (
         broker_url.startswith(("redis://", "rediss://"))
+        and ";" not in broker_url  # failover URLs
+        and not conf.broker_use_ssl
+        and not conf.task_always_eager
         and set(conf.broker_transport_options or {}) <= _PLAIN_OPTIONS
         and not conf.task_routes
         and conf.task_default_queue == "celery"

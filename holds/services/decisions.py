@@ -1,8 +1,9 @@
 """Decisions: a person or service account decides a hold, once; the resume goes with it."""
 
 import json
-from datetime import datetime
+from datetime import datetime, timedelta
 
+from django.db import connection
 from django.utils import timezone
 
 from ..auth import Actor, run_token_hash
@@ -16,12 +17,16 @@ from . import gateway, ports, receipts, sql
 from .gateway import insert_values, one_round_trip
 from .quorum import approve, is_approval, state
 
+# How far behind this host's clock a worker's may be and still find a resume due the moment it is published.
+CLOCK_SLACK = timedelta(seconds=1)
 
-def _hold_to_decide(hold_id: int, resume_id: str) -> tuple[Hold | None, list[HoldItem]]:
+
+def _hold_to_decide(hold_id: int, resume_id: str | None) -> tuple[Hold | None, list[HoldItem]]:
     """The hold with its capability, run and items, read in the round trip that opens the decision's
-    transaction and takes the lock its resume's claim waits on (sql.LOCK_RESUME)."""
+    transaction, with the lock its resume's claim waits on (sql.LOCK_RESUME) when `resume_id` is given."""
     statement, columns = sql.DECIDE.parts()
-    _, found = gateway.read([(sql.LOCK_RESUME, {"resume_lock": sql.resume_lock(resume_id)}), (statement, [hold_id])])
+    lock = [(sql.LOCK_RESUME, {"resume_lock": sql.resume_lock(resume_id)})] if resume_id else []
+    found = gateway.read([*lock, (statement, [hold_id])])[-1]
     if not found:
         return None, []
     *head, item_columns = columns
@@ -55,11 +60,16 @@ def hold_decide(
     feedback decides it at once. Every path (API, page, approve-all, by confidence, e-mail) comes here.
 
     One transaction of two round trips: the read of the hold, then the writes with the COMMIT
-    (write_decision says why the resume's lock comes with the read).
+    (write_decision says why the resume's lock comes with the read). A refusal or an invalid body rolls
+    it back: a third round trip.
     """
     resume_id = new_invocation_id()
+    # Inside a caller's transaction the resume is published after that commits, so no claim waits for
+    # this one and its lock would only fill the lock table of a caller that decides many holds.
+    early = not connection.in_atomic_block
+    receipts.current_key()  # made, or read once a minute, outside the decision's transaction
     with gateway.transaction():
-        hold, items = _hold_to_decide(hold_id, resume_id)
+        hold, items = _hold_to_decide(hold_id, resume_id if early else None)
         if hold is None:
             raise NotFound(f"hold {public_id(HOLD, hold_id)} does not exist")
         refusal = decide_refusal(actor, hold, fingerprint)
@@ -76,11 +86,14 @@ def hold_decide(
                 hold.quorum_state = state(hold, quorum)
                 return hold
             # The Nth approval of the same data: decided here, under the same row lock.
-        if not gateway.outermost():
+        if not early or approvals:
+            # A quorum's last approval is published after the commit: its approval rows are written
+            # already, and a decision that loses now must roll them back, not commit them.
             return _decide(hold, items, decision, actor, by_confidence, resume_id, None, approvals)
-        # Published while it is written, so that the worker wakes meanwhile (write_decision); due from
-        # before the publish, so that a claim that comes at once finds it due.
-        published_at = timezone.now()
+        # Published while it is written, so that the worker wakes meanwhile (write_decision). Due from
+        # before the publish, less a second, so that a claim that comes at once finds it due even on a
+        # host whose clock is a little behind this one.
+        published_at = timezone.now() - CLOCK_SLACK
         return ports.publish_while(
             [resume_id],
             lambda: _decide(hold, items, decision, actor, by_confidence, resume_id, published_at, approvals),
@@ -166,14 +179,13 @@ def write_decision(
     written.
 
     The writes go in one round trip. A rule's decision joins the ask's transaction, and its resume is
-    published after that commits (publish_on_commit, here). A person's (hold_decide) passes `resume_id`,
-    whose lock its transaction took with its read (sql.LOCK_RESUME). When that transaction is its own to
-    commit, the resume is being published meanwhile, since `published_at` (due from then): the writes go
-    with the COMMIT, and the worker wakes while the decision is built and written. Its claim waits for
-    the lock and then sees the committed resume. A message whose decision lost, or whose resume waits
-    for its asker's answer, claims nothing. Inside a caller's transaction, which the claim would wait
-    for, the resume is published after that commits (docs/decisions.md, "A decision's resume is
-    published before its COMMIT")."""
+    published after that commits (publish_on_commit, here), as is a person's inside a caller's
+    transaction or a quorum's last approval. Otherwise a person's decision (hold_decide) passes the
+    `resume_id` whose lock its transaction took with its read (sql.LOCK_RESUME), and `published_at`:
+    the resume is being published meanwhile, and is due from then. The writes go with the COMMIT, and
+    the worker wakes while the decision is built and written; its claim waits for the lock and then
+    sees the committed resume. A message whose decision lost, or whose resume waits for its asker's
+    answer, claims nothing (docs/decisions.md, "A decision's resume is published before its COMMIT")."""
     resume["receipt"] = receipts.for_decision(hold, items, stamp, resume, approvals)
     # seq, status and next_attempt_at are placeholders here: the statement sets them from the asker.
     invocation = Invocation(

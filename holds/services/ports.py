@@ -5,6 +5,7 @@ tasks module registers the two handlers when Django loads the app (HoldsConfig.r
 if a handler fails or the broker is down: the database row is the truth, and the relay finds it.
 """
 
+import logging
 import os
 import threading
 from collections.abc import Callable
@@ -12,6 +13,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from django.db import transaction
 
+log = logging.getLogger(__name__)
 _handlers: dict[str, Callable] = {}
 
 
@@ -44,7 +46,9 @@ def publish_while(invocation_ids: list[str], during: Callable):
     try:
         return during()
     finally:
-        publishing.result()
+        # The caller's writes may be committed by now: a publish that failed must not fail them.
+        if (error := publishing.exception()) is not None:
+            log.error("could not publish %s; the relay will send it", invocation_ids, exc_info=error)
 
 
 _publishers: dict[int, ThreadPoolExecutor] = {}

@@ -51,9 +51,10 @@ WAIT_FOR_RESUME = f"SELECT pg_advisory_xact_lock_shared({RESUME_LOCK_SPACE}, %(r
 
 
 def resume_lock(invocation_id: str) -> int:
-    """The lock's second key, from the invocation's id (a signed 32-bit integer; two ids that share one
-    only wait for each other)."""
-    return zlib.crc32(invocation_id.encode()) - 2**31
+    """The lock's second key, from the invocation's id: 31 bits, never negative (bound on the client, as
+    with RQ_TRANSACTION_POOLER, -2147483648::int would not parse); two ids that share one only wait for
+    each other."""
+    return zlib.crc32(invocation_id.encode()) & 0x7FFFFFFF
 
 
 # --- run tokens ---------------------------------------------------------------------------------
