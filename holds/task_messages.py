@@ -20,7 +20,6 @@ once per broker URL). Anything else, the embedded broker (rqpg://) included, goe
 import base64
 import functools
 import json
-import os
 import threading
 import uuid
 
@@ -32,7 +31,7 @@ from django.conf import settings
 TASK = "holds.tasks.deliver"
 # What a publish may be configured with and still be this one LPUSH.
 _PLAIN_OPTIONS = {"visibility_timeout"}
-_clients: dict[tuple[int, str], redis.Redis] = {}
+_clients: dict[str, redis.Redis] = {}
 _clients_lock = threading.Lock()
 
 
@@ -103,13 +102,12 @@ def envelope(invocation_id: str) -> str:
 
 
 def _client(url: str) -> redis.Redis:
-    """This process's client of the broker (thread-safe: a pool of connections); a forked process makes
-    its own. A broker that does not answer fails a publish within Celery's connection timeout (4 s), as
-    delay() does, not the system's: the relay sends what it could not."""
-    key = (os.getpid(), url)
-    if key not in _clients:
+    """This process's client of the broker: thread-safe, and its pool of connections starts afresh in a
+    forked process (redis-py checks the pid). A broker that does not answer fails a publish within Celery's
+    connection timeout (4 s), as delay() does, not the system's: the relay sends what it could not."""
+    if url not in _clients:
         with _clients_lock:
-            if key not in _clients:
+            if url not in _clients:
                 timeout = float(app.conf.broker_connection_timeout or 4.0)
-                _clients[key] = redis.Redis.from_url(url, socket_connect_timeout=timeout, socket_timeout=timeout)
-    return _clients[key]
+                _clients[url] = redis.Redis.from_url(url, socket_connect_timeout=timeout, socket_timeout=timeout)
+    return _clients[url]

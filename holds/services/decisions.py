@@ -217,8 +217,9 @@ def write_decision(
     if published_at is not None:
         taken, written = gateway.read(gateway.with_params(writes, params), commit=True)
     else:
-        # hold_decide's own transaction rolls back as a whole: no savepoint of its own for the writes.
-        taken, written = one_round_trip(writes, params, savepoint=resume_id is None)
+        # No savepoint of their own: every caller's transaction (hold_decide's, a rule's) rolls back as a
+        # whole when they fail.
+        taken, written = one_round_trip(writes, params, savepoint=False)
     if not taken:
         return None
     invocation.seq, invocation.status, invocation.next_attempt_at = written[0]

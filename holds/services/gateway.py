@@ -181,17 +181,12 @@ def read(statements: list[tuple[str, object]], *, commit: bool = False) -> list[
     """Inside `transaction`: sends what was kept, then these statements, in one round trip (with the
     transaction's BEGIN when nothing has gone out yet), and returns their rows. `commit`: the COMMIT of
     the outermost `transaction` goes with them; the block writes nothing after it."""
-    assert not commit or outermost(), "only the outermost transaction commits"
+    assert not commit or len(connection.atomic_blocks) == 1, "only the outermost transaction commits"
     kept = getattr(_local, "kept", None) or []
     batch = [*kept, *statements]
     kept.clear()
     rows = _sent_with_begin([*batch, ("COMMIT", None)] if commit else batch)
     return rows[len(batch) - len(statements) : len(batch)]
-
-
-def outermost() -> bool:
-    """Inside a `transaction` that is not inside any other atomic block (its commit is its own)."""
-    return getattr(_local, "outermost", False) and len(connection.atomic_blocks) == 1
 
 
 @contextmanager
@@ -211,7 +206,7 @@ def transaction(*, savepoint: bool = True):
     failure (docs/decisions.md, "BEGIN and COMMIT travel in the statement text").
     """
     nested = connection.in_atomic_block
-    outer, kept, was_outermost = getattr(_local, "kept", None), [], outermost()
+    outer, kept = getattr(_local, "kept", None), []
 
     def in_order(execute, sql, params, many, context):
         if kept or getattr(_local, "begin", False):
@@ -224,7 +219,7 @@ def transaction(*, savepoint: bool = True):
         if not nested:
             connection.connection.autocommit = True
             _local.begin = True
-        _local.kept, _local.outermost = kept, not nested
+        _local.kept = kept
         try:
             with connection.execute_wrapper(in_order):
                 yield
@@ -236,7 +231,7 @@ def transaction(*, savepoint: bool = True):
                     kept.clear()
                     _sent_with_begin(batch)
         finally:
-            _local.kept, _local.outermost = outer, was_outermost
+            _local.kept = outer
             if not nested:
                 _local.begin = False
 
